@@ -1,0 +1,108 @@
+/* The backend contract: everything the model graph asks of a compute device.
+ *
+ * A backend owns all memory the forward pass touches (weights, activations,
+ * KV cache) behind opaque handles; the core never dereferences them. Ops are
+ * issued in order and a backend may only record them (a GPU backend builds a
+ * command buffer); results become visible to the host at buf_read, the single
+ * sync point per forward. Ops cannot fail individually: a backend remembers
+ * its first error and reports it from buf_read/sync.
+ *
+ * Activations are row-major f32 matrices [n tokens][width]. */
+#ifndef KVQ_BACKEND_H
+#define KVQ_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvq.h"
+#include "weights.h"
+
+typedef struct kvq_bctx kvq_bctx;   /* one backend instance (device, queues, threads) */
+typedef struct kvq_buf kvq_buf;     /* device buffer for activations */
+typedef struct kvq_wt kvq_wt;       /* an uploaded weight, in the backend's own layout */
+typedef struct kvq_kvbuf kvq_kvbuf; /* KV cache storage for all layers */
+
+typedef struct {
+    int n_threads; /* CPU threads (0: all cores) */
+} kvq_backend_opts;
+
+/* Shape and storage of a KV cache. Row (layer l, kv head h, position p) holds
+ * head_dim values of K (after RoPE) or V in type_k / type_v (see kv_format.h). */
+typedef struct {
+    int n_layer, n_ctx, n_head_kv, head_dim;
+    kvq_cache_type type_k, type_v;
+    int rotate_k, rotate_v; /* Hadamard-rotate rows before storing */
+} kvq_kv_desc;
+
+/* One attention call: n_head query heads share KV head h*n_head_kv/n_head (GQA). */
+typedef struct {
+    int n_head, n_head_kv, head_dim;
+    float scale;  /* usually 1/sqrt(head_dim) */
+    int window;   /* sliding window, 0 = none: query at i sees key at j iff j <= i and i - j < window */
+} kvq_attn_desc;
+
+typedef struct kvq_backend {
+    const char *name; /* "cpu", "vulkan" */
+
+    /* ---- lifecycle ---- */
+    /* Creates an instance; fails (with kvq_fail) when the device is unusable here. */
+    kvq_status (*init)(const kvq_backend_opts *opts, kvq_bctx **out);
+    /* Frees the instance; every buffer/weight/cache made from it must be freed first. */
+    void (*release)(kvq_bctx *b);
+    /* One-line description of the device, e.g. "cpu: 2 threads, avx512". */
+    const char *(*describe)(kvq_bctx *b);
+
+    /* ---- buffers ---- */
+    kvq_buf *(*buf_new)(kvq_bctx *b, size_t bytes);         /* NULL + kvq_fail on failure */
+    void (*buf_free)(kvq_bctx *b, kvq_buf *buf);
+    /* Host -> device, ordered with the ops issued so far. */
+    void (*buf_write)(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src, size_t n);
+    /* Device -> host; waits for all issued ops (the sync point). */
+    kvq_status (*buf_read)(kvq_bctx *b, const kvq_buf *src, size_t off, void *dst, size_t n);
+
+    /* ---- weights ---- */
+    /* Optional: can this backend run weights of this description? (NULL: all). */
+    int (*weight_supported)(kvq_bctx *b, const kvq_weight_desc *d);
+    /* Copies/repacks a checkpoint weight into backend memory. NULL + kvq_fail on failure. */
+    kvq_wt *(*weight_upload)(kvq_bctx *b, const kvq_weight_desc *d);
+    void (*weight_free)(kvq_bctx *b, kvq_wt *w);
+    /* Bytes the uploaded weight occupies. */
+    size_t (*weight_bytes)(kvq_bctx *b, const kvq_wt *w);
+
+    /* ---- KV cache ---- */
+    kvq_kvbuf *(*kv_new)(kvq_bctx *b, const kvq_kv_desc *d); /* NULL + kvq_fail on failure */
+    void (*kv_free)(kvq_bctx *b, kvq_kvbuf *kv);
+
+    /* ---- ops (issued in order; n = token rows) ---- */
+    /* out[i] = row ids[i] of w (embedding lookup); ids are copied at issue time. */
+    void (*get_rows)(kvq_bctx *b, const kvq_wt *w, const int32_t *ids, int n, kvq_buf *out);
+    /* y[n][w.rows] = x[n][w.cols] · Wᵀ (+ bias). Dense or AQLM, whatever w holds. */
+    void (*matmul)(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n);
+    /* y = x / rms(x) * g, per row of dim values; x and y may alias. */
+    void (*rms_norm)(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps);
+    /* In-place rotate-half RoPE on x[n][n_heads*head_dim] at positions pos0.. ; inv_freq holds head_dim/2 floats. */
+    void (*rope)(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const kvq_buf *inv_freq);
+    /* gate = silu(gate) * up, over count values. */
+    void (*swiglu)(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count);
+    /* acc += x, over count values. */
+    void (*add)(kvq_bctx *b, kvq_buf *acc, const kvq_buf *x, size_t count);
+    /* Byte copy between buffers (e.g. pick the last row before the LM head). */
+    void (*copy)(kvq_bctx *b, const kvq_buf *src, size_t src_off, kvq_buf *dst, size_t dst_off, size_t bytes);
+    /* Stores k,v [n][n_head_kv*head_dim] at positions pos0..pos0+n-1 of layer, quantizing as the cache type says. */
+    void (*kv_store)(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, const kvq_buf *v, int pos0, int n);
+    /* out[n][n_head*head_dim] = softmax(q·Kᵀ·scale, causal + window) · V for queries at pos0.., reading the cache as stored. */
+    void (*attention)(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_attn_desc *a,
+                      const kvq_buf *q, kvq_buf *out, int pos0, int n);
+
+    /* Optional: submit recorded ops now without reading anything back (NULL: no-op). */
+    kvq_status (*flush)(kvq_bctx *b);
+} kvq_backend;
+
+/* Registry (backend.c): backends compiled into this build, best first. */
+int kvq_backend_count(void);
+const kvq_backend *kvq_backend_get(int i);
+const kvq_backend *kvq_backend_find(const char *name); /* NULL if not built */
+
+extern const kvq_backend kvq_backend_cpu;
+
+#endif

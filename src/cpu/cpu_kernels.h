@@ -1,0 +1,51 @@
+/* Kernels the CPU backend (cpu_backend.c) is built from. Each family has a
+ * scalar path plus SIMD paths picked at run time (cpu_features.c); all are
+ * tested against src/ref/. Threads come from OpenMP, n_threads per call. */
+#ifndef KVQ_CPU_KERNELS_H
+#define KVQ_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "kv_format.h"
+#include "weights.h"
+
+/* ---- cpu_features.c ---- */
+typedef enum { KVQ_ISA_SCALAR = 0, KVQ_ISA_AVX2, KVQ_ISA_AVX512, KVQ_ISA_NEON } kvq_isa;
+/* Best ISA this CPU supports, capped by env KVQ_ISA=scalar|avx2|avx512|neon (for tests/bench). */
+kvq_isa kvq_cpu_isa(void);
+const char *kvq_isa_name(kvq_isa isa);
+/* Forces an ISA (tests compare every path to the reference); returns the previous one. */
+kvq_isa kvq_cpu_set_isa(kvq_isa isa);
+int kvq_cpu_isa_available(kvq_isa isa);
+
+/* ---- cpu_matmul.c / cpu_aqlm*.c: weights in CPU layout ---- */
+typedef struct kvq_cpu_weight kvq_cpu_weight;
+/* Copies/repacks a checkpoint weight (dense F32/F16/BF16 or AQLM). NULL + kvq_fail on error. */
+kvq_cpu_weight *kvq_cpu_weight_new(const kvq_weight_desc *d);
+void kvq_cpu_weight_free(kvq_cpu_weight *w);
+size_t kvq_cpu_weight_bytes(const kvq_cpu_weight *w);
+int kvq_cpu_weight_rows(const kvq_cpu_weight *w);
+int kvq_cpu_weight_cols(const kvq_cpu_weight *w);
+/* y[n][rows] = x[n][cols] · Wᵀ (+ bias). */
+void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, int n_threads);
+/* One row of W as f32 (embedding lookup, norm vectors). */
+void kvq_cpu_weight_row(const kvq_cpu_weight *w, int row, float *out);
+
+/* ---- cpu_kv.c / cpu_attn*.c: quantized KV cache ---- */
+/* Stores one head vector as a cache row (same bytes as kvq_ref_kv_store_row). */
+void kvq_cpu_kv_store_row(kvq_cache_type t, int rotate, const float *x, void *row, int head_dim);
+
+typedef struct {
+    kvq_attn_desc a;
+    kvq_cache_type type_k, type_v;
+    int rotate_k, rotate_v;
+    const uint8_t *k, *v; /* this layer: row (h, p) at k + ((size_t)h*n_ctx + p) * kvq_kv_row_bytes(type_k, head_dim) */
+    int n_ctx;
+} kvq_cpu_attn_args;
+
+/* Fused attention straight from the stored cache (see kvq_ref_attention for the spec). */
+void kvq_cpu_attention(const kvq_cpu_attn_args *args, const float *q, float *out, int pos0, int n, int n_threads);
+
+#endif

@@ -1,0 +1,88 @@
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+const char *tu_fixture(const char *rel) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/fixtures/%s", KVQ_SHARED_DIR, rel);
+    struct stat st;
+    return stat(buf, &st) == 0 ? buf : NULL;
+}
+
+char *tu_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n) fail_msg("short read %s", path);
+    fclose(f);
+    buf[n] = 0;
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+float tu_randf(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *s = x;
+    return (float)((x >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+void tu_rand_fill(float *x, size_t n, uint64_t *state) {
+    for (size_t i = 0; i < n; i++) x[i] = tu_randf(state);
+}
+
+double tu_rel_l2(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * (double)b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+double tu_max_abs_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > m || d != d) m = d;
+    }
+    return m;
+}
+
+char *tu_run(const char *cmd, int *status) {
+    FILE *p = popen(cmd, "r");
+    if (!p) fail_msg("popen failed: %s", cmd);
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while ((r = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+        n += r;
+        if (n + 1 >= cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[n] = 0;
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    return buf;
+}
+
+const char *tu_tmpdir(void) {
+    static char dir[256];
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "/tmp/kvq-test-XXXXXX");
+        if (!mkdtemp(dir)) fail_msg("mkdtemp failed");
+    }
+    return dir;
+}

@@ -1,0 +1,35 @@
+/* Helpers shared by the cmocka tests. */
+#ifndef KVQ_TESTUTIL_H
+#define KVQ_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* Path under ../shared/fixtures (static buffer), or NULL when shared/ is absent. */
+const char *tu_fixture(const char *rel);
+/* Skips the current test (cmocka skip) with a message when the fixture is missing. */
+#define TU_NEED_FIXTURE(path)                                                   \
+    do {                                                                        \
+        if (!(path)) {                                                          \
+            print_message("shared fixtures not found, skipping\n");             \
+            skip();                                                             \
+        }                                                                       \
+    } while (0)
+
+/* Whole file into malloc'd memory (NUL-terminated); aborts the test on failure. */
+char *tu_read_file(const char *path, size_t *len);
+/* Deterministic random floats in [-1,1) (xorshift). */
+void tu_rand_fill(float *x, size_t n, uint64_t *state);
+float tu_randf(uint64_t *state);
+/* ||a-b|| / ||b||. */
+double tu_rel_l2(const float *a, const float *b, size_t n);
+double tu_max_abs_diff(const float *a, const float *b, size_t n);
+/* Runs a shell command, capturing stdout (malloc'd) and exit status. */
+char *tu_run(const char *cmd, int *status);
+/* Temp directory unique to this process (created once). */
+const char *tu_tmpdir(void);
+
+#endif

@@ -1,0 +1,81 @@
+#include "common.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static int has_config(const char *dir) {
+    char p[PATH_MAX];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    return stat(p, &st) == 0;
+}
+
+const char *kvq_tool_demo_model(void) {
+    static char buf[PATH_MAX];
+    /* <exe dir>/../share/kvq/models/demo covers a relocated install. */
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(buf, sizeof buf, "%s/../share/kvq/models/demo", exe);
+            if (has_config(buf)) return buf;
+        }
+    }
+    const char *env = getenv("KVQ_DEMO_MODEL");
+    if (env && has_config(env)) return env;
+#ifdef KVQ_DEMO_MODEL_SRC
+    if (has_config(KVQ_DEMO_MODEL_SRC)) return KVQ_DEMO_MODEL_SRC;
+#endif
+#ifdef KVQ_DEMO_MODEL_INSTALL
+    if (has_config(KVQ_DEMO_MODEL_INSTALL)) return KVQ_DEMO_MODEL_INSTALL;
+#endif
+    return NULL;
+}
+
+int kvq_tool_die(const char *prog, const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    for (char *p = msg; *p; p++)
+        if (*p == '\n') *p = ' ';
+    fprintf(stderr, "%s: %s\n", prog, msg);
+    return 1;
+}
+
+int kvq_tool_parse_int(const char *s, long lo, long hi, long *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int kvq_tool_parse_float(const char *s, double *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+double kvq_tool_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
