@@ -1,0 +1,70 @@
+/* Run-time ISA selection: the build compiles every path the target
+ * architecture has; this file decides which one the CPU can run. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_kernels.h"
+
+static int g_isa = -1;
+
+int kvq_cpu_isa_available(kvq_isa isa) {
+    switch (isa) {
+    case KVQ_ISA_SCALAR: return 1;
+#if defined(__x86_64__)
+    case KVQ_ISA_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case KVQ_ISA_AVX512:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               kvq_cpu_isa_available(KVQ_ISA_AVX2);
+#endif
+#if defined(__aarch64__)
+    case KVQ_ISA_NEON: return 1;
+#endif
+    default: return 0;
+    }
+}
+
+const char *kvq_isa_name(kvq_isa isa) {
+    switch (isa) {
+    case KVQ_ISA_SCALAR: return "scalar";
+    case KVQ_ISA_AVX2: return "avx2";
+    case KVQ_ISA_AVX512: return "avx512";
+    case KVQ_ISA_NEON: return "neon";
+    }
+    return "?";
+}
+
+static kvq_isa detect(void) {
+    kvq_isa best = KVQ_ISA_SCALAR;
+    const kvq_isa order[] = {KVQ_ISA_NEON, KVQ_ISA_AVX2, KVQ_ISA_AVX512};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (kvq_cpu_isa_available(order[i])) best = order[i];
+    /* KVQ_ISA caps the choice (e.g. KVQ_ISA=avx2 on an AVX-512 machine). */
+    const char *env = getenv("KVQ_ISA");
+    if (env) {
+        for (int i = KVQ_ISA_SCALAR; i <= KVQ_ISA_NEON; i++)
+            if (strcmp(env, kvq_isa_name((kvq_isa)i)) == 0 && kvq_cpu_isa_available((kvq_isa)i)) {
+                best = (kvq_isa)i;
+                break;
+            }
+    }
+    return best;
+}
+
+kvq_isa kvq_cpu_isa(void) {
+    int v = __atomic_load_n(&g_isa, __ATOMIC_ACQUIRE);
+    if (v < 0) {
+        v = (int)detect();
+        __atomic_store_n(&g_isa, v, __ATOMIC_RELEASE);
+    }
+    return (kvq_isa)v;
+}
+
+kvq_isa kvq_cpu_set_isa(kvq_isa isa) {
+    kvq_isa prev = kvq_cpu_isa();
+    if (kvq_cpu_isa_available(isa)) __atomic_store_n(&g_isa, (int)isa, __ATOMIC_RELEASE);
+    return prev;
+}
