@@ -49,6 +49,7 @@ typedef struct kvq_backend {
     kvq_status (*init)(const kvq_backend_opts *opts, kvq_bctx **out);
     /* Frees the instance; every buffer/weight/cache made from it must be freed first. */
     void (*release)(kvq_bctx *b);
+    /* (All *_free functions below accept NULL.) */
     /* One-line description of the device, e.g. "cpu: 2 threads, avx512". */
     const char *(*describe)(kvq_bctx *b);
 

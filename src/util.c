@@ -24,12 +24,6 @@ kvq_status kvq_fail(kvq_status s, const char *fmt, ...) {
     return s;
 }
 
-void kvq_error_prefix(const char *prefix) {
-    char tmp[sizeof g_err];
-    snprintf(tmp, sizeof tmp, "%s: %s", prefix, g_err);
-    memcpy(g_err, tmp, sizeof g_err);
-}
-
 const char *kvq_status_str(kvq_status s) {
     switch (s) {
     case KVQ_OK: return "ok";

@@ -9,8 +9,6 @@
 
 /* Records a one-line error for kvq_last_error() and returns s. */
 kvq_status kvq_fail(kvq_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Prefixes the current error message ("<prefix>: <old message>"). */
-void kvq_error_prefix(const char *prefix);
 
 /* IEEE half <-> float (exact for all halfs; round-to-nearest-even on the way down). */
 float kvq_f16_to_f32(uint16_t h);

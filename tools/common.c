@@ -20,7 +20,7 @@ static int has_config(const char *dir) {
 const char *kvq_tool_demo_model(void) {
     static char buf[PATH_MAX];
     /* <exe dir>/../share/kvq/models/demo covers a relocated install. */
-    char exe[PATH_MAX];
+    char exe[PATH_MAX - 64]; /* leaves room for the suffix below */
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
         exe[n] = 0;

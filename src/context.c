@@ -1,0 +1,156 @@
+/* kvq_context_*: KV cache and activation buffers on the model's backend, kvq_eval. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "context.h"
+#include "kv_format.h"
+
+kvq_context_params kvq_context_default_params(void) {
+    kvq_context_params p = {
+        .n_ctx = 0, .n_batch = 512, .type_k = KVQ_CACHE_F16, .type_v = KVQ_CACHE_F16, .kv_rotate = -1, .logits_all = 0};
+    return p;
+}
+
+int kvq_cache_type_parse(const char *s) {
+    static const char *const names[] = {"f32", "f16", "q8", "q4"};
+    for (int i = 0; i < 4; i++)
+        if (s && strcmp(s, names[i]) == 0) return i;
+    return -1;
+}
+
+const char *kvq_cache_type_name(kvq_cache_type t) {
+    static const char *const names[] = {"f32", "f16", "q8", "q4"};
+    return (unsigned)t < 4 ? names[t] : "?";
+}
+
+static int is_quantized(kvq_cache_type t) { return t == KVQ_CACHE_Q8 || t == KVQ_CACHE_Q4; }
+
+/* Rotation applies to quantized rows only: by default to q4, with kv_rotate=1 to q8 too. */
+static int want_rotate(kvq_cache_type t, int kv_rotate) {
+    if (kv_rotate < 0) return t == KVQ_CACHE_Q4;
+    return kv_rotate && is_quantized(t);
+}
+
+static kvq_status check_params(const kvq_hparams *hp, kvq_context_params *p) {
+    if ((unsigned)p->type_k > KVQ_CACHE_Q4 || (unsigned)p->type_v > KVQ_CACHE_Q4)
+        return kvq_fail(KVQ_ERR_ARG, "unknown KV cache type");
+    if (p->n_ctx < 0 || p->n_batch < 0) return kvq_fail(KVQ_ERR_ARG, "n_ctx and n_batch must not be negative");
+    if (p->n_ctx == 0) p->n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (p->n_batch == 0) p->n_batch = 512;
+    if (p->n_batch > p->n_ctx) p->n_batch = p->n_ctx;
+    if ((is_quantized(p->type_k) || is_quantized(p->type_v)) && hp->head_dim % KVQ_QK)
+        return kvq_fail(KVQ_ERR_UNSUPPORTED, "q8/q4 KV cache needs head_dim to be a multiple of %d (model has %d)", KVQ_QK, hp->head_dim);
+    int pow2 = (hp->head_dim & (hp->head_dim - 1)) == 0;
+    if (!pow2 && p->kv_rotate == 1)
+        return kvq_fail(KVQ_ERR_UNSUPPORTED, "KV rotation needs a power-of-two head_dim (model has %d)", hp->head_dim);
+    if (!pow2) p->kv_rotate = 0;
+    return KVQ_OK;
+}
+
+kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_context **out) {
+    *out = NULL;
+    kvq_context_params p = params ? *params : kvq_context_default_params();
+    const kvq_hparams *hp = &m->hp;
+    kvq_status s = check_params(hp, &p);
+    if (s) return s;
+    kvq_context *c = calloc(1, sizeof *c);
+    if (!c) return kvq_fail(KVQ_ERR_NOMEM, "out of memory");
+    c->m = m;
+    c->p = p;
+    const kvq_backend *be = m->be;
+    kvq_kv_desc kd = {
+        .n_layer = hp->n_layer, .n_ctx = p.n_ctx, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+        .type_k = p.type_k, .type_v = p.type_v,
+        .rotate_k = want_rotate(p.type_k, p.kv_rotate), .rotate_v = want_rotate(p.type_v, p.kv_rotate),
+    };
+    c->kv = be->kv_new(m->bctx, &kd);
+    size_t nb = (size_t)p.n_batch * sizeof(float);
+    size_t qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
+    /* xb also holds the o_proj/down outputs, so it is max(n_embd) wide; x is copied into row 0 for the LM head */
+    c->x = be->buf_new(m->bctx, nb * hp->n_embd);
+    c->xb = be->buf_new(m->bctx, nb * hp->n_embd);
+    c->q = be->buf_new(m->bctx, nb * qd);
+    c->k = be->buf_new(m->bctx, nb * kvd);
+    c->v = be->buf_new(m->bctx, nb * kvd);
+    c->att = be->buf_new(m->bctx, nb * qd);
+    c->hb = be->buf_new(m->bctx, nb * hp->n_ff);
+    c->hb2 = be->buf_new(m->bctx, nb * hp->n_ff);
+    c->logits = be->buf_new(m->bctx, (p.logits_all ? nb : sizeof(float)) * hp->n_vocab);
+    c->logits_host = malloc(sizeof(float) * hp->n_vocab);
+    c->logits_cap = 1;
+    if (!c->kv || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits || !c->logits_host) {
+        s = c->logits_host ? KVQ_ERR_NOMEM : kvq_fail(KVQ_ERR_NOMEM, "out of memory for logits");
+        kvq_context_free(c);
+        return s;
+    }
+    *out = c;
+    return KVQ_OK;
+}
+
+void kvq_context_free(kvq_context *c) {
+    if (!c) return;
+    const kvq_backend *be = c->m->be;
+    kvq_bctx *b = c->m->bctx;
+    be->kv_free(b, c->kv);
+    kvq_buf *bufs[] = {c->x, c->xb, c->q, c->k, c->v, c->att, c->hb, c->hb2, c->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->buf_free(b, bufs[i]);
+    free(c->logits_host);
+    free(c);
+}
+
+kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n) {
+    const kvq_hparams *hp = &c->m->hp;
+    if (n <= 0 || !ids) return kvq_fail(KVQ_ERR_ARG, "kvq_eval: no tokens");
+    if (n > c->p.n_ctx - c->n_past)
+        return kvq_fail(KVQ_ERR_ARG, "context full: %d tokens in the cache + %d new > n_ctx %d", c->n_past, n, c->p.n_ctx);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= hp->n_vocab)
+            return kvq_fail(KVQ_ERR_ARG, "token id %d is outside the vocabulary (0..%d)", ids[i], hp->n_vocab - 1);
+    int rows = c->p.logits_all ? n : 1;
+    if (rows > c->logits_cap) {
+        float *nl = realloc(c->logits_host, sizeof(float) * (size_t)rows * hp->n_vocab);
+        if (!nl) return kvq_fail(KVQ_ERR_NOMEM, "out of memory for %d rows of logits", rows);
+        c->logits_host = nl;
+        c->logits_cap = rows;
+    }
+    for (int done = 0; done < n;) {
+        int nb = n - done < c->p.n_batch ? n - done : c->p.n_batch;
+        float *dst = c->p.logits_all ? c->logits_host + (size_t)done * hp->n_vocab : c->logits_host;
+        kvq_status s = kvq_graph_forward(c, ids + done, nb, dst);
+        if (s) {
+            c->logits_rows = 0;
+            return s;
+        }
+        c->n_past += nb;
+        done += nb;
+    }
+    c->logits_rows = rows;
+    return KVQ_OK;
+}
+
+int kvq_n_past(const kvq_context *c) { return c->n_past; }
+
+kvq_status kvq_kv_truncate(kvq_context *c, int n_past) {
+    if (n_past < 0 || n_past > c->n_past) return kvq_fail(KVQ_ERR_ARG, "kvq_kv_truncate: %d is outside 0..%d", n_past, c->n_past);
+    c->n_past = n_past; /* rows past n_past are simply overwritten later */
+    return KVQ_OK;
+}
+
+const float *kvq_logits(const kvq_context *c) {
+    if (c->logits_rows <= 0) return NULL;
+    return c->logits_host + (size_t)(c->logits_rows - 1) * c->m->hp.n_vocab;
+}
+
+const float *kvq_logits_row(const kvq_context *c, int i) {
+    if (i < 0 || i >= c->logits_rows) return NULL;
+    return c->logits_host + (size_t)i * c->m->hp.n_vocab;
+}
+
+static size_t kv_bytes(const kvq_context *c, int positions) {
+    const kvq_hparams *hp = &c->m->hp;
+    size_t row = kvq_kv_row_bytes(c->p.type_k, hp->head_dim) + kvq_kv_row_bytes(c->p.type_v, hp->head_dim);
+    return (size_t)hp->n_layer * hp->n_head_kv * (size_t)positions * row;
+}
+
+size_t kvq_kv_bytes_total(const kvq_context *c) { return kv_bytes(c, c->p.n_ctx); }
+size_t kvq_kv_bytes_used(const kvq_context *c) { return kv_bytes(c, c->n_past); }

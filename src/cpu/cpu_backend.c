@@ -1,0 +1,250 @@
+/* The CPU backend: fills the kvq_backend table with host memory and the
+ * kernels of cpu_kernels.h. Ops run immediately, so buf_read is a memcpy. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_kernels.h"
+#include "util.h"
+
+struct kvq_bctx {
+    int n_threads;
+    char desc[96];
+};
+
+struct kvq_buf {
+    size_t bytes;
+    float *data;
+};
+
+struct kvq_wt {
+    kvq_cpu_weight *w;
+    float *vec; /* f32 copy of a one-row weight (norm gains), NULL otherwise */
+};
+
+struct kvq_kvbuf {
+    kvq_kv_desc d;
+    size_t row_k, row_v;
+    uint8_t *k, *v; /* [layer][kv head][n_ctx] rows */
+};
+
+static kvq_status cpu_init(const kvq_backend_opts *o, kvq_bctx **out) {
+    kvq_bctx *b = calloc(1, sizeof *b);
+    if (!b) return kvq_fail(KVQ_ERR_NOMEM, "cpu backend: out of memory");
+    b->n_threads = o && o->n_threads > 0 ? o->n_threads : omp_get_num_procs();
+    snprintf(b->desc, sizeof b->desc, "cpu: %d threads, %s", b->n_threads, kvq_isa_name(kvq_cpu_isa()));
+    *out = b;
+    return KVQ_OK;
+}
+
+static void cpu_release(kvq_bctx *b) { free(b); }
+static const char *cpu_describe(kvq_bctx *b) { return b->desc; }
+
+static kvq_buf *cpu_buf_new(kvq_bctx *b, size_t bytes) {
+    kvq_buf *buf = calloc(1, sizeof *buf);
+    if (buf) buf->data = kvq_alloc_aligned(bytes);
+    if (!buf || !buf->data) {
+        free(buf);
+        kvq_fail(KVQ_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
+        return NULL;
+    }
+    buf->bytes = bytes;
+    return buf;
+}
+
+static void cpu_buf_free(kvq_bctx *b, kvq_buf *buf) {
+    if (!buf) return;
+    kvq_free_aligned(buf->data);
+    free(buf);
+}
+
+static void cpu_buf_write(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src, size_t n) {
+    memcpy((char *)dst->data + off, src, n);
+}
+
+static kvq_status cpu_buf_read(kvq_bctx *b, const kvq_buf *src, size_t off, void *dst, size_t n) {
+    if (off > src->bytes || n > src->bytes - off) return kvq_fail(KVQ_ERR_ARG, "cpu backend: read past buffer end");
+    memcpy(dst, (const char *)src->data + off, n);
+    return KVQ_OK;
+}
+
+static kvq_wt *cpu_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
+    kvq_wt *w = calloc(1, sizeof *w);
+    if (!w) {
+        kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", d->name);
+        return NULL;
+    }
+    w->w = kvq_cpu_weight_new(d);
+    if (w->w && d->rows == 1) {
+        w->vec = kvq_alloc_aligned((size_t)d->cols * sizeof(float));
+        if (w->vec) kvq_cpu_weight_row(w->w, 0, w->vec);
+        else kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", d->name);
+    }
+    if (!w->w || (d->rows == 1 && !w->vec)) {
+        if (w->w) kvq_cpu_weight_free(w->w);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+static void cpu_weight_free(kvq_bctx *b, kvq_wt *w) {
+    if (!w) return;
+    kvq_cpu_weight_free(w->w);
+    kvq_free_aligned(w->vec);
+    free(w);
+}
+
+static size_t cpu_weight_bytes(kvq_bctx *b, const kvq_wt *w) { return kvq_cpu_weight_bytes(w->w); }
+
+static kvq_kvbuf *cpu_kv_new(kvq_bctx *b, const kvq_kv_desc *d) {
+    kvq_kvbuf *kv = calloc(1, sizeof *kv);
+    if (!kv) goto oom;
+    kv->d = *d;
+    kv->row_k = kvq_kv_row_bytes(d->type_k, d->head_dim);
+    kv->row_v = kvq_kv_row_bytes(d->type_v, d->head_dim);
+    size_t rows, bk, bv;
+    if (!kvq_mul_ok((size_t)d->n_layer * d->n_head_kv, (size_t)d->n_ctx, &rows) || !kvq_mul_ok(rows, kv->row_k, &bk) ||
+        !kvq_mul_ok(rows, kv->row_v, &bv))
+        goto oom;
+    kv->k = kvq_alloc_aligned(bk);
+    kv->v = kvq_alloc_aligned(bv);
+    if (!kv->k || !kv->v) goto oom;
+    return kv;
+oom:
+    if (kv) {
+        kvq_free_aligned(kv->k);
+        kvq_free_aligned(kv->v);
+        free(kv);
+    }
+    kvq_fail(KVQ_ERR_NOMEM, "cpu backend: cannot allocate the KV cache (%d positions)", d->n_ctx);
+    return NULL;
+}
+
+static void cpu_kv_free(kvq_bctx *b, kvq_kvbuf *kv) {
+    if (!kv) return;
+    kvq_free_aligned(kv->k);
+    kvq_free_aligned(kv->v);
+    free(kv);
+}
+
+static void cpu_get_rows(kvq_bctx *b, const kvq_wt *w, const int32_t *ids, int n, kvq_buf *out) {
+    int cols = kvq_cpu_weight_cols(w->w);
+#pragma omp parallel for num_threads(b->n_threads) if (n > 1)
+    for (int i = 0; i < n; i++) kvq_cpu_weight_row(w->w, ids[i], out->data + (size_t)i * cols);
+}
+
+static void cpu_matmul(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {
+    kvq_cpu_matmul(w->w, x->data, y->data, n, b->n_threads);
+}
+
+static void cpu_rms_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps) {
+#pragma omp parallel for num_threads(b->n_threads) if (n > 1)
+    for (int t = 0; t < n; t++) {
+        const float *xr = x->data + (size_t)t * dim;
+        float *yr = y->data + (size_t)t * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(ss / dim + eps));
+        for (int i = 0; i < dim; i++) yr[i] = xr[i] * inv * g->vec[i];
+    }
+}
+
+static void cpu_rope(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const kvq_buf *inv_freq) {
+    int half = head_dim / 2;
+#pragma omp parallel for num_threads(b->n_threads) if (n > 1)
+    for (int t = 0; t < n; t++) {
+        float cs[2 * 512]; /* head_dim <= 1024 is checked at load */
+        for (int i = 0; i < half; i++) {
+            double ang = (double)(pos0 + t) * inv_freq->data[i];
+            cs[2 * i] = (float)cos(ang);
+            cs[2 * i + 1] = (float)sin(ang);
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x->data + ((size_t)t * n_heads + h) * head_dim;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], c = v[i + half];
+                v[i] = a * cs[2 * i] - c * cs[2 * i + 1];
+                v[i + half] = c * cs[2 * i] + a * cs[2 * i + 1];
+            }
+        }
+    }
+}
+
+static void cpu_swiglu(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count) {
+    float *g = gate->data;
+    const float *u = up->data;
+#pragma omp parallel for num_threads(b->n_threads) if (count > 4096)
+    for (size_t i = 0; i < count; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void cpu_add(kvq_bctx *b, kvq_buf *acc, const kvq_buf *x, size_t count) {
+    float *a = acc->data;
+    const float *v = x->data;
+    for (size_t i = 0; i < count; i++) a[i] += v[i];
+}
+
+static void cpu_copy(kvq_bctx *b, const kvq_buf *src, size_t so, kvq_buf *dst, size_t dof, size_t bytes) {
+    memmove((char *)dst->data + dof, (const char *)src->data + so, bytes);
+}
+
+static void cpu_kv_store(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, const kvq_buf *v, int pos0, int n) {
+    const kvq_kv_desc *d = &kv->d;
+    size_t layer_rows = (size_t)d->n_head_kv * d->n_ctx;
+    int hd = d->head_dim, nh = d->n_head_kv;
+#pragma omp parallel for collapse(2) num_threads(b->n_threads) if (n > 1)
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < nh; h++) {
+            size_t row = (size_t)layer * layer_rows + (size_t)h * d->n_ctx + (size_t)(pos0 + t);
+            const float *ks = k->data + ((size_t)t * nh + h) * hd, *vs = v->data + ((size_t)t * nh + h) * hd;
+            kvq_cpu_kv_store_row(d->type_k, d->rotate_k, ks, kv->k + row * kv->row_k, hd);
+            kvq_cpu_kv_store_row(d->type_v, d->rotate_v, vs, kv->v + row * kv->row_v, hd);
+        }
+    }
+}
+
+static void cpu_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_attn_desc *a, const kvq_buf *q,
+                          kvq_buf *out, int pos0, int n) {
+    const kvq_kv_desc *d = &kv->d;
+    size_t layer_rows = (size_t)d->n_head_kv * d->n_ctx;
+    kvq_cpu_attn_args args = {
+        .a = *a,
+        .type_k = d->type_k,
+        .type_v = d->type_v,
+        .rotate_k = d->rotate_k,
+        .rotate_v = d->rotate_v,
+        .k = kv->k + (size_t)layer * layer_rows * kv->row_k,
+        .v = kv->v + (size_t)layer * layer_rows * kv->row_v,
+        .n_ctx = d->n_ctx,
+    };
+    kvq_cpu_attention(&args, q->data, out->data, pos0, n, b->n_threads);
+}
+
+const kvq_backend kvq_backend_cpu = {
+    .name = "cpu",
+    .init = cpu_init,
+    .release = cpu_release,
+    .describe = cpu_describe,
+    .buf_new = cpu_buf_new,
+    .buf_free = cpu_buf_free,
+    .buf_write = cpu_buf_write,
+    .buf_read = cpu_buf_read,
+    .weight_supported = NULL,
+    .weight_upload = cpu_weight_upload,
+    .weight_free = cpu_weight_free,
+    .weight_bytes = cpu_weight_bytes,
+    .kv_new = cpu_kv_new,
+    .kv_free = cpu_kv_free,
+    .get_rows = cpu_get_rows,
+    .matmul = cpu_matmul,
+    .rms_norm = cpu_rms_norm,
+    .rope = cpu_rope,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .copy = cpu_copy,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .flush = NULL,
+};

@@ -1,0 +1,81 @@
+/* AVX-512 dense kernels: GEMV from F32/F16/BF16 rows and the f32 tile x
+ * tokens product. Row tails use masked loads, so there is no scalar epilogue. */
+#include <immintrin.h>
+
+#include "cpu/cpu_matmul_impl.h"
+
+/* Up to 16 values of a dense row at element i (lanes past `mask` read as 0). */
+static inline __m512 load16(kvq_wformat f, const void *p, size_t i, __mmask16 mask) {
+    if (f == KVQ_W_F32) return _mm512_maskz_loadu_ps(mask, (const float *)p + i);
+    __m256i h = _mm256_maskz_loadu_epi16(mask, (const uint16_t *)p + i);
+    if (f == KVQ_W_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16: high half of f32 */
+}
+
+static inline __mmask16 tail_mask(int left) { return (__mmask16)((1u << left) - 1u); }
+
+static inline __attribute__((always_inline)) float row_dot(kvq_wformat f, const void *data, size_t base,
+                                                           const float *x, int cols) {
+    const __mmask16 all = 0xffff;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int k = 0;
+    for (; k + 64 <= cols; k += 64) {
+        a0 = _mm512_fmadd_ps(load16(f, data, base + k, all), _mm512_loadu_ps(x + k), a0);
+        a1 = _mm512_fmadd_ps(load16(f, data, base + k + 16, all), _mm512_loadu_ps(x + k + 16), a1);
+        a2 = _mm512_fmadd_ps(load16(f, data, base + k + 32, all), _mm512_loadu_ps(x + k + 32), a2);
+        a3 = _mm512_fmadd_ps(load16(f, data, base + k + 48, all), _mm512_loadu_ps(x + k + 48), a3);
+    }
+    for (; k + 16 <= cols; k += 16) a0 = _mm512_fmadd_ps(load16(f, data, base + k, all), _mm512_loadu_ps(x + k), a0);
+    if (k < cols) {
+        __mmask16 m = tail_mask(cols - k);
+        a1 = _mm512_fmadd_ps(load16(f, data, base + k, m), _mm512_maskz_loadu_ps(m, x + k), a1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+void kvq_dense_gemv_avx512(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1) {
+    size_t cols = (size_t)w->cols;
+    for (int o = r0; o < r1; o++) {
+        size_t base = (size_t)o * cols;
+        switch (w->fmt) {
+        case KVQ_W_F32: y[o] = row_dot(KVQ_W_F32, w->data, base, x, w->cols); break;
+        case KVQ_W_F16: y[o] = row_dot(KVQ_W_F16, w->data, base, x, w->cols); break;
+        default: y[o] = row_dot(KVQ_W_BF16, w->data, base, x, w->cols); break;
+        }
+    }
+}
+
+/* RB rows x TB tokens register block (up to 4 x 4 = 16 accumulators). */
+static inline __attribute__((always_inline)) void block(const float *W, size_t ldw, const float *x, int cols,
+                                                        float *y, size_t ldy, const int RB, const int TB) {
+    __m512 acc[4][4];
+    for (int r = 0; r < RB; r++)
+        for (int t = 0; t < TB; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int k = 0; k < cols; k += 16) {
+        __mmask16 m = cols - k >= 16 ? (__mmask16)0xffff : tail_mask(cols - k);
+        __m512 xv[4];
+        for (int t = 0; t < TB; t++) xv[t] = _mm512_maskz_loadu_ps(m, x + (size_t)t * cols + k);
+        for (int r = 0; r < RB; r++) {
+            __m512 wv = _mm512_maskz_loadu_ps(m, W + (size_t)r * ldw + k);
+            for (int t = 0; t < TB; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    for (int r = 0; r < RB; r++)
+        for (int t = 0; t < TB; t++) y[(size_t)t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+void kvq_gemm_avx512(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy) {
+    int i = 0;
+    for (; i + 4 <= nr; i += 4) {
+        const float *Wi = W + (size_t)i * ldw;
+        int t = 0;
+        for (; t + 4 <= n; t += 4) block(Wi, ldw, x + (size_t)t * cols, cols, y + (size_t)t * ldy + i, ldy, 4, 4);
+        for (; t < n; t++) block(Wi, ldw, x + (size_t)t * cols, cols, y + (size_t)t * ldy + i, ldy, 4, 1);
+    }
+    for (; i < nr; i++) {
+        const float *Wi = W + (size_t)i * ldw;
+        int t = 0;
+        for (; t + 4 <= n; t += 4) block(Wi, ldw, x + (size_t)t * cols, cols, y + (size_t)t * ldy + i, ldy, 1, 4);
+        for (; t < n; t++) block(Wi, ldw, x + (size_t)t * cols, cols, y + (size_t)t * ldy + i, ldy, 1, 1);
+    }
+}

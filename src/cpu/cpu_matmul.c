@@ -1,0 +1,338 @@
+/* CPU weights and matmul dispatch: upload of dense weights, the scalar dense
+ * kernels, the choice of kernel family per (weight kind, batch size, ISA) and
+ * the OpenMP threading around them. Kernels themselves only see row ranges.
+ *
+ * Paths:
+ *  - dense, n == 1: GEMV straight from the stored F32/F16/BF16 (halves stay
+ *    2 bytes/value and are widened in registers, so decode reads half the bytes);
+ *  - AQLM nbits == 8, n < KVQ_LUT_MAX_N: per-token lookup tables (cpu_aqlm.c);
+ *  - AQLM nbits > 8, n == 1: codeword gather + FMA;
+ *  - everything else (batched): rows are widened/dequantized a tile at a time
+ *    into a per-thread f32 buffer, and the tile is multiplied with all n tokens. */
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_matmul_impl.h"
+#include "util.h"
+
+/* From this many tokens on, AQLM LUT weights are dequantized per tile and
+ * multiplied like dense ones (one LUT per token stops paying off). */
+#define KVQ_LUT_MAX_N 4
+/* Rows per tile in the batched path (a tile of f32 rows stays in L2). */
+#define KVQ_TILE_ROWS 16
+/* Below this many multiply-adds per thread, extra threads cost more than they give. */
+#define KVQ_MIN_WORK_PER_THREAD (1 << 16)
+
+/* ---- kernel tables ---- */
+
+static const kvq_mm_kernels k_scalar = {
+    kvq_dense_gemv_scalar,      kvq_dense_rows_scalar,       kvq_gemm_scalar,      kvq_aqlm_lut_build_scalar,
+    kvq_aqlm_lut_gemv_scalar,   kvq_aqlm_gather_gemv_scalar, kvq_aqlm_rows_scalar,
+};
+#if defined(__x86_64__)
+static const kvq_mm_kernels k_avx2 = {
+    kvq_dense_gemv_avx2,    kvq_dense_rows_avx2,       kvq_gemm_avx2,       kvq_aqlm_lut_build_avx2,
+    kvq_aqlm_lut_gemv_avx2, kvq_aqlm_gather_gemv_avx2, kvq_aqlm_rows_avx2,
+};
+/* Widening/dequantizing tiles is not the bottleneck, so AVX-512 reuses the AVX2 ones. */
+static const kvq_mm_kernels k_avx512 = {
+    kvq_dense_gemv_avx512,    kvq_dense_rows_avx2,         kvq_gemm_avx512,    kvq_aqlm_lut_build_avx512,
+    kvq_aqlm_lut_gemv_avx512, kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2,
+};
+#endif
+
+static const kvq_mm_kernels *kernels(void) {
+    switch (kvq_cpu_isa()) {
+#if defined(__x86_64__)
+    case KVQ_ISA_AVX512: return &k_avx512;
+    case KVQ_ISA_AVX2: return &k_avx2;
+#endif
+    default: return &k_scalar;
+    }
+}
+
+/* ---- upload ---- */
+
+static size_t elem_size(kvq_wformat f) { return f == KVQ_W_F32 ? 4 : 2; }
+
+static float dense_at(kvq_wformat f, const void *p, size_t i) {
+    if (f == KVQ_W_F32) return kvq_rd_f32(p, i);
+    uint16_t h = kvq_rd_u16(p, i);
+    return f == KVQ_W_F16 ? kvq_f16_to_f32(h) : kvq_bf16_to_f32(h);
+}
+
+static int is_dense(kvq_wformat f) { return f == KVQ_W_F32 || f == KVQ_W_F16 || f == KVQ_W_BF16; }
+
+void kvq_cpu_weight_free(kvq_cpu_weight *w) {
+    if (!w) return;
+    kvq_free_aligned(w->data);
+    kvq_free_aligned(w->bias);
+    kvq_free_aligned(w->codes);
+    kvq_free_aligned(w->cb);
+    kvq_free_aligned(w->cb_t);
+    kvq_free_aligned(w->scales);
+    free(w);
+}
+
+kvq_cpu_weight *kvq_cpu_weight_new(const kvq_weight_desc *d) {
+    if (!d) {
+        kvq_fail(KVQ_ERR_ARG, "kvq_cpu_weight_new: no weight description");
+        return NULL;
+    }
+    const char *nm = d->name ? d->name : "(unnamed weight)";
+    size_t n_el;
+    if (d->rows < 1 || d->cols < 1 || !kvq_mul_ok((size_t)d->rows, (size_t)d->cols, &n_el) ||
+        n_el > ((size_t)1 << 40)) {
+        kvq_fail(KVQ_ERR_FORMAT, "%s: bad weight shape %d x %d", nm, d->rows, d->cols);
+        return NULL;
+    }
+    if (!is_dense(d->fmt) && d->fmt != KVQ_W_AQLM) {
+        kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: unknown weight format %d", nm, (int)d->fmt);
+        return NULL;
+    }
+    if (d->bias && !is_dense(d->bias_fmt)) {
+        kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: bias format %d is not F32/F16/BF16", nm, (int)d->bias_fmt);
+        return NULL;
+    }
+    kvq_cpu_weight *w = calloc(1, sizeof *w);
+    if (!w) {
+        kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", nm);
+        return NULL;
+    }
+    w->fmt = d->fmt;
+    w->rows = d->rows;
+    w->cols = d->cols;
+    w->bytes = sizeof *w;
+
+    if (d->fmt == KVQ_W_AQLM) {
+        if (kvq_cpu_aqlm_init(w, d) != KVQ_OK) goto fail;
+    } else {
+        if (!d->data) {
+            kvq_fail(KVQ_ERR_FORMAT, "%s: dense weight without data", nm);
+            goto fail;
+        }
+        size_t bytes = n_el * elem_size(d->fmt);
+        if (!(w->data = kvq_alloc_aligned(bytes))) {
+            kvq_fail(KVQ_ERR_NOMEM, "%s: cannot allocate %zu bytes", nm, bytes);
+            goto fail;
+        }
+        memcpy(w->data, d->data, bytes); /* source may be unaligned; the copy is not */
+        w->bytes += bytes;
+        w->kind = KVQ_CW_DENSE;
+    }
+    if (d->bias) {
+        if (!(w->bias = kvq_alloc_aligned((size_t)d->rows * sizeof(float)))) {
+            kvq_fail(KVQ_ERR_NOMEM, "%s: cannot allocate bias", nm);
+            goto fail;
+        }
+        for (int o = 0; o < d->rows; o++) w->bias[o] = dense_at(d->bias_fmt, d->bias, (size_t)o);
+        w->bytes += (size_t)d->rows * sizeof(float);
+    }
+    return w;
+fail:
+    kvq_cpu_weight_free(w);
+    return NULL;
+}
+
+size_t kvq_cpu_weight_bytes(const kvq_cpu_weight *w) { return w ? w->bytes : 0; }
+int kvq_cpu_weight_rows(const kvq_cpu_weight *w) { return w->rows; }
+int kvq_cpu_weight_cols(const kvq_cpu_weight *w) { return w->cols; }
+
+void kvq_cpu_weight_row(const kvq_cpu_weight *w, int row, float *out) {
+    if (row < 0 || row >= w->rows) return;
+    if (w->kind == KVQ_CW_DENSE)
+        kvq_dense_rows_scalar(w, row, row + 1, out);
+    else
+        kvq_aqlm_rows_scalar(w, row, row + 1, out);
+}
+
+/* ---- scalar dense kernels ---- */
+
+void kvq_dense_gemv_scalar(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1) {
+    size_t cols = (size_t)w->cols;
+    for (int o = r0; o < r1; o++) {
+        size_t base = (size_t)o * cols;
+        float acc = 0.0f;
+        for (size_t k = 0; k < cols; k++) acc += dense_at(w->fmt, w->data, base + k) * x[k];
+        y[o] = acc;
+    }
+}
+
+void kvq_dense_rows_scalar(const kvq_cpu_weight *w, int r0, int r1, float *out) {
+    size_t cols = (size_t)w->cols, n = (size_t)(r1 - r0) * cols, base = (size_t)r0 * cols;
+    if (w->fmt == KVQ_W_F32) {
+        memcpy(out, (const float *)w->data + base, n * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < n; i++) out[i] = dense_at(w->fmt, w->data, base + i);
+}
+
+void kvq_gemm_scalar(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy) {
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * cols;
+        for (int i = 0; i < nr; i++) {
+            const float *wr = W + (size_t)i * ldw;
+            float acc = 0.0f;
+            for (int k = 0; k < cols; k++) acc += wr[k] * xt[k];
+            y[(size_t)t * ldy + i] = acc;
+        }
+    }
+}
+
+/* ---- per-thread scratch (LUTs, dequantized tiles) ---- */
+
+/* Kept per calling thread and reused across calls: a fresh multi-MB malloc per
+ * matmul would page-fault its way through the memory on every token. */
+typedef struct {
+    float *p;
+    size_t n;
+} scratch_buf;
+
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_destroy(void *v) {
+    scratch_buf *s = v;
+    kvq_free_aligned(s->p);
+    free(s);
+}
+static void scratch_init(void) { pthread_key_create(&g_scratch_key, scratch_destroy); }
+
+/* At least n floats, or NULL when memory is short. */
+static float *scratch(size_t n) {
+    pthread_once(&g_scratch_once, scratch_init);
+    scratch_buf *s = pthread_getspecific(g_scratch_key);
+    if (!s) {
+        if (!(s = calloc(1, sizeof *s))) return NULL;
+        pthread_setspecific(g_scratch_key, s);
+    }
+    if (s->n < n) {
+        kvq_free_aligned(s->p);
+        s->p = kvq_alloc_aligned(n * sizeof(float));
+        s->n = s->p ? n : 0;
+    }
+    return s->p;
+}
+
+/* ---- dispatch ---- */
+
+/* Part i of [0, n) split into `parts` nearly equal ranges. */
+static void split(int n, int parts, int i, int *a, int *b) {
+    *a = (int)((long long)n * i / parts);
+    *b = (int)((long long)n * (i + 1) / parts);
+}
+
+/* W[o][c] without any buffer (last-resort path). */
+static float weight_at(const kvq_cpu_weight *w, int o, int c) {
+    if (w->kind == KVQ_CW_DENSE) return dense_at(w->fmt, w->data, (size_t)o * w->cols + c);
+    size_t K = (size_t)1 << w->nbits, g = (size_t)(c / w->ig), j = (size_t)(c % w->ig);
+    float v = 0.0f;
+    for (int m = 0; m < w->M; m++) v += w->cb[((size_t)m * K + kvq_cw_code(w, (size_t)o, g, (size_t)m)) * w->ig + j];
+    return w->scales[o] * v;
+}
+
+static void add_bias(const kvq_cpu_weight *w, float *y, int r0, int r1) {
+    if (w->bias)
+        for (int o = r0; o < r1; o++) y[o] += w->bias[o];
+}
+
+static int threads_for(int n_threads, size_t work) {
+    if (n_threads <= 0) n_threads = omp_get_max_threads();
+    size_t most = work / KVQ_MIN_WORK_PER_THREAD;
+    if (most < 1) most = 1;
+    return (size_t)n_threads < most ? n_threads : (int)most;
+}
+
+static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
+                       float *luts) {
+    size_t lut_n = (size_t)w->G * w->M * 256;
+    int n_blocks = w->rows_pad / KVQ_AQLM_RB;
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads(), g0, g1, b0, b1;
+        split(w->G, T, t, &g0, &g1);
+        split(n_blocks, T, t, &b0, &b1);
+        int r0 = b0 * KVQ_AQLM_RB, r1 = b1 * KVQ_AQLM_RB < w->rows ? b1 * KVQ_AQLM_RB : w->rows;
+        for (int tok = 0; tok < n; tok++) {
+            /* Two tables alternate: one barrier per token suffices, since a
+             * thread can only rebuild table i after all passed token i+1's barrier. */
+            float *lut = luts + (size_t)(tok & 1) * lut_n;
+            k->lut_build(w, x + (size_t)tok * w->cols, lut, g0, g1);
+#pragma omp barrier
+            float *yt = y + (size_t)tok * w->rows;
+            k->lut_gemv(w, lut, yt, b0, b1);
+            add_bias(w, yt, r0, r1);
+        }
+    }
+}
+
+static void matmul_gemv(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int nt) {
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads(), r0, r1;
+        split(w->rows, T, t, &r0, &r1);
+        if (w->kind == KVQ_CW_DENSE)
+            k->dense_gemv(w, x, y, r0, r1);
+        else
+            k->gather_gemv(w, x, y, r0, r1);
+        add_bias(w, y, r0, r1);
+    }
+}
+
+/* Tile of rows as f32: dense F32 is used in place, the rest lands in buf. */
+static const float *tile_f32(const kvq_mm_kernels *k, const kvq_cpu_weight *w, int r0, int r1, float *buf) {
+    if (w->kind == KVQ_CW_DENSE && w->fmt == KVQ_W_F32) return (const float *)w->data + (size_t)r0 * w->cols;
+    if (w->kind == KVQ_CW_DENSE)
+        k->dense_rows(w, r0, r1, buf);
+    else
+        k->aqlm_rows(w, r0, r1, buf);
+    return buf;
+}
+
+static void matmul_tiled(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
+                         float *bufs) {
+    int n_tiles = (w->rows + KVQ_TILE_ROWS - 1) / KVQ_TILE_ROWS;
+#pragma omp parallel num_threads(nt)
+    {
+        float *buf = bufs + (size_t)omp_get_thread_num() * KVQ_TILE_ROWS * w->cols;
+#pragma omp for schedule(static)
+        for (int tile = 0; tile < n_tiles; tile++) {
+            int r0 = tile * KVQ_TILE_ROWS, r1 = r0 + KVQ_TILE_ROWS < w->rows ? r0 + KVQ_TILE_ROWS : w->rows;
+            const float *W = tile_f32(k, w, r0, r1, buf);
+            k->gemm(W, (size_t)w->cols, r1 - r0, w->cols, x, n, y + r0, (size_t)w->rows);
+            if (w->bias)
+                for (int t = 0; t < n; t++) add_bias(w, y + (size_t)t * w->rows, r0, r1);
+        }
+    }
+}
+
+void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, int n_threads) {
+    if (n <= 0) return;
+    const kvq_mm_kernels *k = kernels();
+    size_t work = (size_t)w->rows * (size_t)w->cols * (size_t)n;
+    int nt = threads_for(n_threads, work);
+
+    if (w->kind == KVQ_CW_AQLM_LUT && n < KVQ_LUT_MAX_N) {
+        float *luts = scratch(2 * (size_t)w->G * w->M * 256);
+        if (luts) {
+            matmul_lut(k, w, x, y, n, nt, luts);
+            return;
+        }
+    } else if (n == 1 && w->kind != KVQ_CW_AQLM_LUT) {
+        matmul_gemv(k, w, x, y, nt);
+        return;
+    }
+    float *bufs = scratch((size_t)nt * KVQ_TILE_ROWS * w->cols);
+    if (!bufs) { /* no memory for scratch: one value at a time, slow but correct */
+        for (int t = 0; t < n; t++)
+            for (int o = 0; o < w->rows; o++) {
+                float acc = 0.0f;
+                for (int c = 0; c < w->cols; c++) acc += weight_at(w, o, c) * x[(size_t)t * w->cols + c];
+                y[(size_t)t * w->rows + o] = acc + (w->bias ? w->bias[o] : 0.0f);
+            }
+        return;
+    }
+    matmul_tiled(k, w, x, y, n, nt, bufs);
+}

@@ -1,0 +1,192 @@
+/* End to end against the fp32 PyTorch references in ../shared/fixtures/models:
+ * last-position logits, greedy continuation, f16 cache, batch == token-by-token. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvq.h"
+#include "testutil.h"
+
+typedef struct {
+    const char *name;
+    kvq_model *m;
+    int32_t prompt[256];
+    int n_prompt;
+    int32_t greedy[64];
+    int n_greedy;
+    float *ref_logits;
+    int n_vocab;
+} fixture;
+
+static void load_ids(const cJSON *arr, int32_t *out, int *n, int cap) {
+    assert_true(cJSON_IsArray(arr));
+    *n = 0;
+    for (const cJSON *e = arr->child; e && *n < cap; e = e->next) out[(*n)++] = (int32_t)e->valuedouble;
+}
+
+static int setup(void **state, const char *name) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "models/%s", name);
+    const char *dir = tu_fixture(rel);
+    if (!dir) {
+        *state = NULL;
+        return 0;
+    }
+    fixture *f = calloc(1, sizeof *f);
+    f->name = name;
+    char path[4096], dirc[4096];
+    snprintf(dirc, sizeof dirc, "%s", dir);
+    snprintf(path, sizeof path, "%s/reference.json", dirc);
+    char *text = tu_read_file(path, NULL);
+    cJSON *ref = cJSON_Parse(text);
+    free(text);
+    load_ids(cJSON_GetObjectItem(ref, "prompt_ids"), f->prompt, &f->n_prompt, 256);
+    load_ids(cJSON_GetObjectItem(ref, "greedy_ids"), f->greedy, &f->n_greedy, 64);
+    cJSON_Delete(ref);
+    if (kvq_model_load(dirc, NULL, &f->m) != KVQ_OK) fail_msg("load %s: %s", dirc, kvq_last_error());
+    f->n_vocab = kvq_model_n_vocab(f->m);
+    size_t len;
+    snprintf(path, sizeof path, "%s/reference-logits.f32", dirc);
+    f->ref_logits = (float *)tu_read_file(path, &len);
+    assert_int_equal(len, sizeof(float) * (size_t)f->n_vocab);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    if (!f) return 0;
+    kvq_model_free(f->m);
+    free(f->ref_logits);
+    free(f);
+    return 0;
+}
+
+#define FIXTURE_SETUP(id, dir) \
+    static int setup_##id(void **s) { return setup(s, dir); }
+FIXTURE_SETUP(fp16, "brown-llama-fp16")
+FIXTURE_SETUP(a2x8, "brown-llama-aqlm-2x8")
+FIXTURE_SETUP(a1x16, "brown-llama-aqlm-1x16")
+FIXTURE_SETUP(llama3, "llama3-tiny-aqlm-1x16g16")
+FIXTURE_SETUP(mistral, "mistral-tiny-aqlm-2x8")
+
+static kvq_context *new_ctx(kvq_model *m, kvq_cache_type t, int n_batch) {
+    kvq_context_params p = kvq_context_default_params();
+    p.n_ctx = 256;
+    p.type_k = p.type_v = t;
+    p.n_batch = n_batch;
+    kvq_context *c;
+    if (kvq_context_new(m, &p, &c) != KVQ_OK) fail_msg("context: %s", kvq_last_error());
+    return c;
+}
+
+static void top3(const float *x, int n, int *out) {
+    out[0] = out[1] = out[2] = -1;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < 3; k++) {
+            if (out[k] < 0 || x[i] > x[out[k]]) {
+                for (int j = 2; j > k; j--) out[j] = out[j - 1];
+                out[k] = i;
+                break;
+            }
+        }
+    }
+}
+
+static void check_logits(const fixture *f, const float *got, double tol, const char *what) {
+    double err = tu_rel_l2(got, f->ref_logits, (size_t)f->n_vocab);
+    int a[3], b[3];
+    top3(got, f->n_vocab, a);
+    top3(f->ref_logits, f->n_vocab, b);
+    print_message("%s %s: rel L2 %.2e, top3 %d %d %d (ref %d %d %d)\n", f->name, what, err, a[0], a[1], a[2], b[0], b[1], b[2]);
+    if (err > tol) fail_msg("%s %s: rel L2 %.3e > %.1e", f->name, what, err, tol);
+    for (int k = 0; k < 3; k++)
+        if (a[k] != b[k]) fail_msg("%s %s: top-3 differs at %d", f->name, what, k);
+}
+
+static void test_logits_f32(void **state) {
+    fixture *f = *state;
+    TU_NEED_FIXTURE(f);
+    kvq_context *c = new_ctx(f->m, KVQ_CACHE_F32, 512);
+    assert_int_equal(kvq_eval(c, f->prompt, f->n_prompt), KVQ_OK);
+    check_logits(f, kvq_logits(c), 1e-3, "f32 cache");
+    kvq_context_free(c);
+}
+
+static void test_logits_f16(void **state) {
+    fixture *f = *state;
+    TU_NEED_FIXTURE(f);
+    kvq_context *c = new_ctx(f->m, KVQ_CACHE_F16, 512);
+    assert_int_equal(kvq_eval(c, f->prompt, f->n_prompt), KVQ_OK);
+    check_logits(f, kvq_logits(c), 3e-3, "f16 cache");
+    kvq_context_free(c);
+}
+
+static void test_greedy(void **state) {
+    fixture *f = *state;
+    TU_NEED_FIXTURE(f);
+    kvq_context *c = new_ctx(f->m, KVQ_CACHE_F32, 512);
+    kvq_sampler_params sp = kvq_sampler_default_params();
+    sp.temp = 0;
+    kvq_sampler *s = kvq_sampler_new(&sp);
+    assert_int_equal(kvq_eval(c, f->prompt, f->n_prompt), KVQ_OK);
+    for (int i = 0; i < f->n_greedy; i++) {
+        int32_t id = kvq_sample(s, kvq_logits(c), f->n_vocab);
+        if (id != f->greedy[i]) fail_msg("%s: greedy token %d is %d, reference %d", f->name, i, id, f->greedy[i]);
+        assert_int_equal(kvq_eval(c, &id, 1), KVQ_OK);
+    }
+    kvq_sampler_free(s);
+    kvq_context_free(c);
+}
+
+/* Prompt fed one token at a time (and in odd-sized batches) gives the batch logits. */
+static void test_batch_vs_single(void **state) {
+    fixture *f = *state;
+    TU_NEED_FIXTURE(f);
+    kvq_context *whole = new_ctx(f->m, KVQ_CACHE_F32, 512);
+    kvq_context *one = new_ctx(f->m, KVQ_CACHE_F32, 1);
+    kvq_context *three = new_ctx(f->m, KVQ_CACHE_F32, 3);
+    assert_int_equal(kvq_eval(whole, f->prompt, f->n_prompt), KVQ_OK);
+    for (int i = 0; i < f->n_prompt; i++) assert_int_equal(kvq_eval(one, f->prompt + i, 1), KVQ_OK);
+    assert_int_equal(kvq_eval(three, f->prompt, f->n_prompt), KVQ_OK);
+    assert_int_equal(kvq_n_past(one), f->n_prompt);
+    double e1 = tu_rel_l2(kvq_logits(one), kvq_logits(whole), (size_t)f->n_vocab);
+    double e3 = tu_rel_l2(kvq_logits(three), kvq_logits(whole), (size_t)f->n_vocab);
+    print_message("%s: token-by-token vs batch rel %.2e, batches of 3 %.2e\n", f->name, e1, e3);
+    assert_true(e1 <= 1e-4);
+    assert_true(e3 <= 1e-4);
+    kvq_context_free(whole);
+    kvq_context_free(one);
+    kvq_context_free(three);
+}
+
+static void test_context_limits(void **state) {
+    fixture *f = *state;
+    TU_NEED_FIXTURE(f);
+    kvq_context_params p = kvq_context_default_params();
+    p.n_ctx = 4;
+    kvq_context *c;
+    assert_int_equal(kvq_context_new(f->m, &p, &c), KVQ_OK);
+    assert_int_equal(kvq_eval(c, f->prompt, 4), KVQ_OK);
+    assert_int_equal(kvq_eval(c, f->prompt, 1), KVQ_ERR_ARG);
+    assert_non_null(strstr(kvq_last_error(), "context full"));
+    assert_int_equal(kvq_kv_truncate(c, 1), KVQ_OK);
+    int32_t bad = f->n_vocab;
+    assert_int_equal(kvq_eval(c, &bad, 1), KVQ_ERR_ARG);
+    kvq_context_free(c);
+}
+
+#define MODEL_TESTS(id)                                                          \
+    cmocka_unit_test_setup_teardown(test_logits_f32, setup_##id, teardown),      \
+        cmocka_unit_test_setup_teardown(test_logits_f16, setup_##id, teardown),  \
+        cmocka_unit_test_setup_teardown(test_greedy, setup_##id, teardown),      \
+        cmocka_unit_test_setup_teardown(test_batch_vs_single, setup_##id, teardown)
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        MODEL_TESTS(fp16), MODEL_TESTS(a2x8), MODEL_TESTS(a1x16), MODEL_TESTS(llama3), MODEL_TESTS(mistral),
+        cmocka_unit_test_setup_teardown(test_context_limits, setup_a2x8, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,182 @@
+/* kvq-ppl: perplexity of a text file, optionally with KL divergence against a reference KV cache type. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "kvq.h"
+
+static const char *P = "kvq-ppl";
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kvq-ppl -f TEXT [options]\n"
+            "  -m, --model DIR       HF model directory (default: the bundled demo model)\n"
+            "  -f, --file TEXT       text file to score (tokenized without BOS)\n"
+            "  -c, --ctx-size N      tokens per chunk (default 512); each chunk is evaluated as BOS + N-1 tokens\n"
+            "  --chunks K            score only the first K chunks (default: all)\n"
+            "  -b, --batch-size N    tokens per forward pass (default: N of -c)\n"
+            "  -t, --threads N       CPU threads (default: all cores)\n"
+            "  -ctk, -ctv T          K / V cache types: f32, f16, q8, q4 (default f16)\n"
+            "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
+            "  --kl-base T           also run with cache type T for K and V and report KL divergence against it\n"
+            "  --backend NAME        backend (default: best available)\n"
+            "  -h, --help            this help\n"
+            "Last stdout line: ppl = <value>\n");
+}
+
+/* log-softmax normaliser of one row */
+static double log_sum_exp(const float *x, int n) {
+    double mx = x[0], s = 0;
+    for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < n; i++) s += exp(x[i] - mx);
+    return mx + log(s);
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) b = x[i] > x[b] ? i : b;
+    return b;
+}
+
+/* KL(base || test) of the two next-token distributions. */
+static double kl_div(const float *base, const float *test, int n) {
+    double lb = log_sum_exp(base, n), lt = log_sum_exp(test, n), kl = 0;
+    for (int i = 0; i < n; i++) {
+        double pb = base[i] - lb;
+        kl += exp(pb) * (pb - (test[i] - lt));
+    }
+    return kl > 0 ? kl : 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static kvq_context *make_ctx(kvq_model *m, int n_ctx, int n_batch, int tk, int tv, int rot) {
+    kvq_context_params cp = kvq_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = n_batch;
+    cp.type_k = (kvq_cache_type)tk;
+    cp.type_v = (kvq_cache_type)tv;
+    cp.kv_rotate = rot;
+    cp.logits_all = 1;
+    kvq_context *c = NULL;
+    if (kvq_context_new(m, &cp, &c) != KVQ_OK) return NULL;
+    return c;
+}
+
+int main(int argc, char **argv) {
+    const char *model = NULL, *file = NULL, *backend = NULL;
+    long n_ctx = 512, chunks = 0, n_batch = 0, threads = 0;
+    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = strcmp(a, "-h") && strcmp(a, "--help") && strcmp(a, "--kv-rotate") && strcmp(a, "--no-kv-rotate");
+        if (takes && !v) return kvq_tool_die(P, "option %s needs a value (see --help)", a);
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "--kv-rotate")) rot = 1;
+        else if (!strcmp(a, "--no-kv-rotate")) rot = 0;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
+        else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (kvq_tool_parse_int(v, 2, 1 << 24, &n_ctx)) goto bad; }
+        else if (!strcmp(a, "--chunks")) { if (kvq_tool_parse_int(v, 0, 1 << 30, &chunks)) goto bad; }
+        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (kvq_tool_parse_int(v, 1, 1 << 24, &n_batch)) goto bad; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (kvq_tool_parse_int(v, 1, 1024, &threads)) goto bad; }
+        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) { if ((tk = kvq_cache_type_parse(v)) < 0) goto bad; }
+        else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) { if ((tv = kvq_cache_type_parse(v)) < 0) goto bad; }
+        else if (!strcmp(a, "--kl-base")) { if ((kl_base = kvq_cache_type_parse(v)) < 0) goto bad; }
+        else return kvq_tool_die(P, "unknown option '%s' (see --help)", a);
+        if (takes) i++;
+        continue;
+    bad:
+        return kvq_tool_die(P, "bad value '%s' for %s", v, a);
+    }
+    if (!file) return kvq_tool_die(P, "no text file given (-f FILE)");
+    if (!model && !(model = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model was not found");
+    if (!n_batch || n_batch > n_ctx) n_batch = n_ctx;
+
+    FILE *f = fopen(file, "rb");
+    if (!f) return kvq_tool_die(P, "%s: cannot open", file);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)len + 1);
+    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) return kvq_tool_die(P, "%s: read error", file);
+    fclose(f);
+    text[len] = 0;
+
+    kvq_model_params mp = kvq_model_default_params();
+    mp.n_threads = (int)threads;
+    mp.backend = backend;
+    kvq_model *m;
+    if (kvq_model_load(model, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+    const kvq_tokenizer *tok = kvq_model_tokenizer(m);
+    int n_tok = kvq_tokenize(tok, text, (size_t)len, 0, NULL, 0);
+    int32_t *ids = n_tok > 0 ? malloc(sizeof *ids * (size_t)n_tok) : NULL;
+    if (!ids || kvq_tokenize(tok, text, (size_t)len, 0, ids, n_tok) != n_tok)
+        return kvq_tool_die(P, "%s: cannot tokenize: %s", file, kvq_last_error());
+    free(text);
+    long n_chunks = n_tok / n_ctx;
+    if (chunks > 0 && chunks < n_chunks) n_chunks = chunks;
+    if (n_chunks < 1) return kvq_tool_die(P, "%s: %d tokens is less than one chunk of %ld", file, n_tok, n_ctx);
+    int32_t bos = kvq_token_bos(tok);
+    if (bos < 0) return kvq_tool_die(P, "%s: the tokenizer has no BOS token", model);
+
+    kvq_context *c = make_ctx(m, (int)n_ctx, (int)n_batch, tk, tv, rot);
+    kvq_context *cb = kl_base >= 0 ? make_ctx(m, (int)n_ctx, (int)n_batch, kl_base, kl_base, rot) : NULL;
+    if (!c || (kl_base >= 0 && !cb)) return kvq_tool_die(P, "%s", kvq_last_error());
+    int nv = kvq_model_n_vocab(m);
+    size_t n_scored = (size_t)n_chunks * n_ctx;
+    double nll = 0;
+    double *kls = cb ? malloc(sizeof(double) * n_scored) : NULL;
+    size_t agree = 0, k = 0;
+    int32_t *in = malloc(sizeof *in * (size_t)n_ctx);
+    double t0 = kvq_tool_now();
+    for (long ch = 0; ch < n_chunks; ch++) {
+        const int32_t *chunk = ids + ch * n_ctx;
+        in[0] = bos;
+        memcpy(in + 1, chunk, sizeof *in * (size_t)(n_ctx - 1));
+        kvq_kv_truncate(c, 0);
+        if (kvq_eval(c, in, (int)n_ctx) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+        if (cb) {
+            kvq_kv_truncate(cb, 0);
+            if (kvq_eval(cb, in, (int)n_ctx) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+        }
+        for (long i = 0; i < n_ctx; i++) {
+            const float *row = kvq_logits_row(c, (int)i);
+            nll += log_sum_exp(row, nv) - row[chunk[i]];
+            if (cb) {
+                const float *brow = kvq_logits_row(cb, (int)i);
+                kls[k++] = kl_div(brow, row, nv);
+                agree += argmax(brow, nv) == argmax(row, nv);
+            }
+        }
+        fprintf(stderr, "%s: chunk %ld/%ld: ppl so far %.4f\n", P, ch + 1, n_chunks, exp(nll / ((ch + 1) * (double)n_ctx)));
+    }
+    double dt = kvq_tool_now() - t0;
+    fprintf(stderr, "%s: %zu tokens scored in %.2f s (%.1f tok/s%s), K %s, V %s\n", P, n_scored, dt,
+            (double)n_scored * (cb ? 2 : 1) / dt, cb ? ", both runs" : "", kvq_cache_type_name((kvq_cache_type)tk),
+            kvq_cache_type_name((kvq_cache_type)tv));
+    if (cb) {
+        double sum = 0;
+        for (size_t i = 0; i < k; i++) sum += kls[i];
+        qsort(kls, k, sizeof *kls, cmp_double);
+        size_t p99 = (size_t)ceil(0.99 * (double)k) - 1;
+        printf("kl_base = %s\n", kvq_cache_type_name((kvq_cache_type)kl_base));
+        printf("mean_kld = %.6f\n", sum / (double)k);
+        printf("p99_kld = %.6f\n", kls[p99]);
+        printf("top1_agree = %.2f%%\n", 100.0 * (double)agree / (double)k);
+    }
+    printf("ppl = %.4f\n", exp(nll / (double)n_scored));
+    free(kls);
+    free(in);
+    free(ids);
+    kvq_context_free(cb);
+    kvq_context_free(c);
+    kvq_model_free(m);
+    return 0;
+}
