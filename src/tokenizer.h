@@ -22,6 +22,8 @@ typedef struct {
     size_t len, cap;
 } tk_buf;
 
+/* Allocation failures record "out of memory" (tk_nomem) so every -1 carries a message. */
+int tk_nomem(void); /* sets the message, returns -1 */
 int tk_buf_reserve(tk_buf *b, size_t extra); /* 0 ok, -1 out of memory */
 int tk_buf_put(tk_buf *b, const void *s, size_t n);
 void tk_buf_free(tk_buf *b);
@@ -39,9 +41,8 @@ int tk_is_space(int32_t cp);                /* Unicode White_Space, like Rust ch
  * number of input bytes consumed, or -1 when out of memory. */
 long tk_utf8_lossy(const uint8_t *in, size_t n, int final, tk_buf *out);
 
-/* GPT-2 byte-level alphabet: each byte <-> one printable code point. */
+/* GPT-2 byte-level alphabet: each byte <-> one printable code point (slow; fill tables). */
 int32_t tk_byte_to_cp(uint8_t b);
-int tk_cp_to_byte(int32_t cp); /* -1 when cp is not in the alphabet */
 
 /* ---- pattern matching (tokenizer_text.c) ------------------------------------ */
 
@@ -111,6 +112,7 @@ enum { TK_ATTR_SPECIAL = 1, TK_ATTR_ADDED = 2, TK_ATTR_EOG = 4 };
 typedef struct {
     uint32_t off, len; /* content in the arena (normalized content for normalized tokens) */
     int32_t id;
+    int16_t first;     /* first byte of the content, -1 if empty */
     uint8_t special, lstrip, rstrip, single_word, normalized;
 } tk_added;
 
@@ -140,19 +142,25 @@ struct kvq_tokenizer {
     int byte_fallback, fuse_unk, ignore_merges;
     char *cont_prefix, *eow_suffix; /* continuing_subword_prefix, end_of_word_suffix */
     int32_t byte_id[256];           /* <0xNN> pieces, -1 if absent */
+    /* bit per code point: part of some multi-character piece (tokenizer_bpe.c cuts long
+     * words at the other characters); NULL when cutting is not safe */
+    uint8_t *joinable;
 
     tk_added *added;        /* sorted: normalized flag, first byte, longer first */
     int n_added;
     int added_first[2][257]; /* [normalized][byte] -> index range start (byte+1: end) */
 
     tk_steps norm, pretok, dec;
-    pcre2_code *added_norm_dummy; /* unused; keeps struct layout explicit */
+    int32_t byte_cp[256];  /* byte-level alphabet, both directions */
+    int16_t cp_byte[324];  /* -1: not in the alphabet */
 
     int32_t bos;
 };
 
 /* tokenizer_vocab.c: model section of tokenizer.json. */
 kvq_status tk_load_model(kvq_tokenizer *t, const cJSON *model, const cJSON *added);
+/* Normalizes normalized added tokens and builds the first-byte index (after the normalizer is parsed). */
+kvq_status tk_index_added(kvq_tokenizer *t);
 int32_t tk_vocab_find(const kvq_tokenizer *t, const char *s, size_t n);
 /* Looks up a merge; returns 1 and fills rank/new id when (a, b) merges. */
 int tk_merge_find(const kvq_tokenizer *t, int32_t a, int32_t b, uint32_t *rank, int32_t *new_id);
@@ -193,9 +201,17 @@ int tk_pieces_add(tk_pieces *ps, const char *s, size_t n, int first);
 void tk_pieces_free(tk_pieces *ps);
 
 typedef struct {
-    tk_buf a, b;
+    size_t a, b;
+    int match;
+} tk_range;
+
+typedef struct {
+    tk_buf a, b;   /* normalizer ping-pong */
+    tk_buf t1, t2; /* pre-tokenizer temporaries */
     tk_pieces pa, pb;
     tk_spans spans;
+    tk_range *rg; /* split ranges */
+    size_t rg_cap;
     pcre2_match_data *md;
 } tk_pre_scratch;
 
@@ -205,8 +221,5 @@ int tk_normalize(const kvq_tokenizer *t, const char *s, size_t n, tk_pre_scratch
 int tk_pretokenize(const kvq_tokenizer *t, const char *s, size_t n, int first, tk_pre_scratch *sc,
                    tk_pieces **res);
 void tk_pre_scratch_free(tk_pre_scratch *sc);
-
-/* tokenizer_text.c helpers used by the encoder for added-token content. */
-kvq_status tk_normalize_added(kvq_tokenizer *t);
 
 #endif
