@@ -130,7 +130,7 @@ static void test_config(void **state) {
         {"\"quantization_config\":{\"quant_method\":\"aqlm\",\"num_codebooks\":1,\"nbits_per_codebook\":16,\"in_group_size\":8,\"out_group_size\":2}", "out_group_size", KVQ_ERR_UNSUPPORTED},
         {"\"hidden_act\":\"gelu\"", "hidden_act", KVQ_ERR_UNSUPPORTED},
         {"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}", "rope_type 'yarn'", KVQ_ERR_UNSUPPORTED},
-        {"\"num_key_value_heads\":3", "not a multiple", KVQ_ERR_FORMAT},
+        {"\"head_dim\":63", "must be even", KVQ_ERR_FORMAT},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kvq_status s = parse_cfg(bad[i].extra, &hp);

@@ -74,7 +74,14 @@ int main(int argc, char **argv) {
     int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = strcmp(a, "-h") && strcmp(a, "--help") && strcmp(a, "--kv-rotate") && strcmp(a, "--no-kv-rotate");
+        static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate"};
+        static const char *const valued[] = {"-m", "--model", "-f", "--file", "--backend", "-c", "--ctx-size", "--chunks",
+                                             "-b", "--batch-size", "-t", "--threads", "-ctk", "--cache-type-k", "-ctv",
+                                             "--cache-type-v", "--kl-base"};
+        int takes = 0, known = 0;
+        for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) known |= !strcmp(a, flags[k]);
+        for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) takes |= !strcmp(a, valued[k]);
+        if (!known && !takes) return kvq_tool_die(P, "unknown option '%s' (see --help)", a);
         if (takes && !v) return kvq_tool_die(P, "option %s needs a value (see --help)", a);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--kv-rotate")) rot = 1;
@@ -89,7 +96,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) { if ((tk = kvq_cache_type_parse(v)) < 0) goto bad; }
         else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) { if ((tv = kvq_cache_type_parse(v)) < 0) goto bad; }
         else if (!strcmp(a, "--kl-base")) { if ((kl_base = kvq_cache_type_parse(v)) < 0) goto bad; }
-        else return kvq_tool_die(P, "unknown option '%s' (see --help)", a);
         if (takes) i++;
         continue;
     bad:
