@@ -35,7 +35,7 @@ static int setup(void **state, const char *name) {
     }
     fixture *f = calloc(1, sizeof *f);
     f->name = name;
-    char path[4096], dirc[4096];
+    char path[4200], dirc[4096];
     snprintf(dirc, sizeof dirc, "%s", dir);
     snprintf(path, sizeof path, "%s/reference.json", dirc);
     char *text = tu_read_file(path, NULL);

@@ -2,13 +2,15 @@
  * kernels every SIMD path is checked against.
  *
  * Two layouts, picked by code width:
- *  - nbits == 8 ("LUT"): per token we build lut[g][m][c] = codebook[m][c]·x_g
- *    (256 entries per group and codebook), then each output is a sum of G*M
- *    table lookups. Codes are repacked as uint8 [row block][g][m][16 rows] so
- *    one (g, m) step of a 16-row block is one 16-byte load feeding one gather.
- *  - nbits > 8 ("GATHER"): the table would be 2^nbits entries per group, so we
- *    gather the codewords themselves (codebooks pre-converted to f32) and FMA
- *    them with x. Codes are uint16 [row][g][m], already reduced mod 2^nbits. */
+ *  - nbits == 8 ("LUT"): per token we build one 256-entry table per step
+ *    s = (group g, codebook m): table_s[c] = codebook[m][c]·x_g. Each output is
+ *    then a sum of G*M table lookups. Codes are stored uint8 [s][rows]: a step's
+ *    codes for consecutive rows are contiguous, so kernels run s in the outer
+ *    loop with one 1 KB table hot (in L1, or in registers with VBMI) and
+ *    stream 16/64 rows' codes per lookup instruction.
+ *  - nbits > 8 ("GATHER"): a table would be 2^nbits entries per step, so we
+ *    load the codewords themselves (fp16 codebooks, widened in registers) and
+ *    FMA them with x. Codes are uint16 [row][g][m]. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,23 +51,25 @@ static void *alloc_for(size_t n, size_t size, kvq_cpu_weight *w, const kvq_weigh
 
 /* Codes for all rows, reduced mod 2^nbits, into the layout of w->kind. */
 static void repack_codes(kvq_cpu_weight *w, const kvq_weight_desc *d) {
-    size_t G = (size_t)w->G, M = (size_t)w->M, per_row = G * M;
+    size_t S = (size_t)w->G * w->M, rows = (size_t)w->rows, pad = (size_t)w->rows_pad;
     uint32_t mask = (1u << d->nbits) - 1u;
     if (w->kind == KVQ_CW_AQLM_LUT) {
         uint8_t *dst = w->codes;
-        memset(dst, 0, (size_t)w->rows_pad * per_row); /* padding rows: code 0, scale 0 */
-        for (size_t o = 0; o < (size_t)w->rows; o++) {
-            uint8_t *blk = dst + (o / KVQ_AQLM_RB) * per_row * KVQ_AQLM_RB + o % KVQ_AQLM_RB;
-            for (size_t i = 0; i < per_row; i++) {
-                size_t src = o * per_row + i;
-                uint32_t c = d->code_bytes == 1 ? ((const uint8_t *)d->codes)[src] : kvq_rd_u16(d->codes, src);
-                blk[i * KVQ_AQLM_RB] = (uint8_t)(c & mask);
-            }
+        memset(dst, 0, S * pad); /* padding rows: code 0, scale 0 */
+        /* A transpose: 64 rows at a time, so the 64 source rows stay cached
+         * while each step's 64 destination bytes are written as one line. */
+        for (size_t o0 = 0; o0 < rows; o0 += 64) {
+            size_t o1 = o0 + 64 < rows ? o0 + 64 : rows;
+            for (size_t s = 0; s < S; s++)
+                for (size_t o = o0; o < o1; o++) {
+                    size_t src = o * S + s;
+                    uint32_t c = d->code_bytes == 1 ? ((const uint8_t *)d->codes)[src] : kvq_rd_u16(d->codes, src);
+                    dst[s * pad + o] = (uint8_t)(c & mask);
+                }
         }
     } else {
         uint16_t *dst = w->codes;
-        size_t total = (size_t)w->rows * per_row;
-        for (size_t i = 0; i < total; i++) {
+        for (size_t i = 0; i < rows * S; i++) {
             uint32_t c = d->code_bytes == 1 ? ((const uint8_t *)d->codes)[i] : kvq_rd_u16(d->codes, i);
             dst[i] = (uint16_t)(c & mask);
         }
@@ -82,20 +86,24 @@ int kvq_cpu_aqlm_init(kvq_cpu_weight *w, const kvq_weight_desc *d) {
     w->kind = d->nbits == 8 ? KVQ_CW_AQLM_LUT : KVQ_CW_AQLM_GATHER;
     w->rows_pad = (w->rows + KVQ_AQLM_RB - 1) / KVQ_AQLM_RB * KVQ_AQLM_RB;
 
-    size_t K = (size_t)1 << d->nbits, M = (size_t)w->M, ig = (size_t)w->ig;
-    size_t n_codes = (size_t)w->rows_pad * (size_t)w->G * M; /* fits: rows*cols already checked */
+    size_t K = (size_t)1 << d->nbits, M = (size_t)w->M, ig = (size_t)w->ig, n_cb = M * K * ig;
+    int lut = w->kind == KVQ_CW_AQLM_LUT;
+    size_t n_codes = (size_t)(lut ? w->rows_pad : w->rows) * (size_t)w->G * M; /* rows*cols was checked */
     /* The caller frees whatever was allocated when we fail half way. */
-    if (!(w->codes = alloc_for(n_codes, w->kind == KVQ_CW_AQLM_LUT ? 1 : 2, w, d))) return KVQ_ERR_NOMEM;
-    if (!(w->cb = alloc_for(M * K * ig, sizeof(float), w, d))) return KVQ_ERR_NOMEM;
+    if (!(w->codes = alloc_for(n_codes, lut ? 1 : 2, w, d))) return KVQ_ERR_NOMEM;
     if (!(w->scales = alloc_for((size_t)w->rows_pad, sizeof(float), w, d))) return KVQ_ERR_NOMEM;
-    if (w->kind == KVQ_CW_AQLM_LUT && !(w->cb_t = alloc_for(M * ig * 256, sizeof(float), w, d))) return KVQ_ERR_NOMEM;
-
-    repack_codes(w, d);
-    for (size_t i = 0; i < M * K * ig; i++) w->cb[i] = kvq_f16_to_f32(kvq_rd_u16(d->codebooks, i));
-    if (w->cb_t)
+    if (lut) {
+        if (!(w->cb = alloc_for(n_cb, sizeof(float), w, d))) return KVQ_ERR_NOMEM;
+        if (!(w->cb_t = alloc_for(n_cb, sizeof(float), w, d))) return KVQ_ERR_NOMEM;
+        for (size_t i = 0; i < n_cb; i++) w->cb[i] = kvq_f16_to_f32(kvq_rd_u16(d->codebooks, i));
         for (size_t m = 0; m < M; m++)
             for (size_t c = 0; c < 256; c++)
                 for (size_t j = 0; j < ig; j++) w->cb_t[(m * ig + j) * 256 + c] = w->cb[(m * 256 + c) * ig + j];
+    } else {
+        if (!(w->cb16 = alloc_for(n_cb, sizeof(uint16_t), w, d))) return KVQ_ERR_NOMEM;
+        memcpy(w->cb16, d->codebooks, n_cb * sizeof(uint16_t));
+    }
+    repack_codes(w, d);
     for (int o = 0; o < w->rows_pad; o++)
         w->scales[o] = o < w->rows ? kvq_f16_to_f32(kvq_rd_u16(d->scales, (size_t)o)) : 0.0f;
     return KVQ_OK;
@@ -119,48 +127,44 @@ void kvq_aqlm_lut_build_scalar(const kvq_cpu_weight *w, const float *x, float *l
     }
 }
 
-void kvq_aqlm_lut_gemv_scalar(const kvq_cpu_weight *w, const float *lut, float *y, int b0, int b1) {
-    size_t step = (size_t)w->G * w->M * KVQ_AQLM_RB;
-    for (int b = b0; b < b1; b++) {
-        const uint8_t *c = (const uint8_t *)w->codes + (size_t)b * step;
-        float acc[KVQ_AQLM_RB] = {0};
-        for (int g = 0; g < w->G; g++) {
-            for (int m = 0; m < w->M; m++, c += KVQ_AQLM_RB) {
-                const float *l = lut + ((size_t)g * w->M + m) * 256;
-                for (int r = 0; r < KVQ_AQLM_RB; r++) acc[r] += l[c[r]];
-            }
-        }
-        for (int r = 0; r < KVQ_AQLM_RB; r++) {
-            int o = b * KVQ_AQLM_RB + r;
-            if (o < w->rows) y[o] = w->scales[o] * acc[r];
-        }
+void kvq_aqlm_lut_gemv_scalar(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1) {
+    size_t S = (size_t)w->G * w->M, n = (size_t)(r1 - r0);
+    const uint8_t *codes = (const uint8_t *)w->codes + r0;
+    for (size_t i = 0; i < n; i++) acc[i] = 0.0f;
+    for (size_t s = 0; s < S; s++) {
+        const float *l = lut + s * 256;
+        const uint8_t *c = codes + s * (size_t)w->rows_pad;
+        if (s + KVQ_LUT_PREFETCH < S) /* a builtin, not an intrinsic: no-op where unsupported */
+            for (size_t i = 0; i < n; i += 64) __builtin_prefetch(c + KVQ_LUT_PREFETCH * (size_t)w->rows_pad + i);
+        for (size_t i = 0; i < n; i++) acc[i] += l[c[i]];
     }
+    for (int o = r0; o < r1 && o < w->rows; o++) y[o] = w->scales[o] * acc[o - r0];
 }
 
-void kvq_aqlm_gather_gemv_scalar(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1) {
-    size_t K = (size_t)1 << w->nbits, ig = (size_t)w->ig, M = (size_t)w->M;
+void kvq_aqlm_gather_gemv_scalar(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1) {
+    size_t ig = (size_t)w->ig, M = (size_t)w->M, cols = (size_t)w->cols, rows = (size_t)w->rows;
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * w->G * M;
-        float acc = 0.0f;
+        float acc[KVQ_GEMV_MAX_T] = {0};
         for (size_t g = 0; g < (size_t)w->G; g++, c += M) {
-            const float *xg = x + g * ig;
-            for (size_t m = 0; m < M; m++) {
-                const float *cw = w->cb + (m * K + c[m]) * ig;
-                for (size_t j = 0; j < ig; j++) acc += cw[j] * xg[j];
+            for (size_t j = 0; j < ig; j++) {
+                float v = 0.0f;
+                for (size_t m = 0; m < M; m++) v += kvq_cw_val(w, m, c[m], j);
+                for (int t = 0; t < n; t++) acc[t] += v * x[t * cols + g * ig + j];
             }
         }
-        y[o] = w->scales[o] * acc;
+        for (int t = 0; t < n; t++) y[t * rows + (size_t)o] = w->scales[o] * acc[t];
     }
 }
 
 void kvq_aqlm_rows_scalar(const kvq_cpu_weight *w, int r0, int r1, float *out) {
-    size_t K = (size_t)1 << w->nbits, ig = (size_t)w->ig;
+    size_t ig = (size_t)w->ig;
     for (int o = r0; o < r1; o++) {
         float *dst = out + (size_t)(o - r0) * w->cols, s = w->scales[o];
         for (size_t g = 0; g < (size_t)w->G; g++) {
             for (size_t j = 0; j < ig; j++) {
                 float v = 0.0f;
-                for (int m = 0; m < w->M; m++) v += w->cb[((size_t)m * K + kvq_cw_code(w, (size_t)o, g, (size_t)m)) * ig + j];
+                for (int m = 0; m < w->M; m++) v += kvq_cw_val(w, (size_t)m, kvq_cw_code(w, (size_t)o, g, (size_t)m), j);
                 dst[g * ig + j] = s * v;
             }
         }

@@ -1,6 +1,6 @@
 /* AVX2/FMA AQLM kernels (layouts and the math: cpu_aqlm.c). The LUT path
- * gathers 8 rows' table entries per vpgatherdd; the codeword path loads one
- * 8-float codeword per group and FMAs it with x. */
+ * gathers 8 rows' table entries per vpgatherdd; the codeword path widens one
+ * 8-value fp16 codeword per group and FMAs it with x. */
 #include <immintrin.h>
 
 #include "cpu/cpu_matmul_impl.h"
@@ -33,108 +33,169 @@ void kvq_aqlm_lut_build_avx2(const kvq_cpu_weight *w, const float *x, float *lut
     }
 }
 
-/* Scaled block results into y, minding the rows past the end of the last block. */
-static inline void store_block(const kvq_cpu_weight *w, int b, __m256 lo, __m256 hi, float *y) {
-    int o = b * KVQ_AQLM_RB;
-    lo = _mm256_mul_ps(lo, _mm256_load_ps(w->scales + o));
-    hi = _mm256_mul_ps(hi, _mm256_load_ps(w->scales + o + 8));
-    if (o + KVQ_AQLM_RB <= w->rows) {
-        _mm256_storeu_ps(y + o, lo);
-        _mm256_storeu_ps(y + o + 8, hi);
-        return;
-    }
-    float tmp[KVQ_AQLM_RB];
-    _mm256_storeu_ps(tmp, lo);
-    _mm256_storeu_ps(tmp + 8, hi);
-    for (int r = 0; o + r < w->rows; r++) y[o + r] = tmp[r];
+/* y[o] = scale[o] * acc[o - r0] over the rows of [r0, r1) that exist. */
+static void finish(const kvq_cpu_weight *w, const float *acc, float *y, int r0, int r1) {
+    int end = r1 < w->rows ? r1 : w->rows, o = r0;
+    for (; o + 8 <= end; o += 8)
+        _mm256_storeu_ps(y + o, _mm256_mul_ps(_mm256_load_ps(w->scales + o), _mm256_load_ps(acc + (o - r0))));
+    for (; o < end; o++) y[o] = w->scales[o] * acc[o - r0];
 }
 
-void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, float *y, int b0, int b1) {
-    size_t steps = (size_t)w->G * w->M;
-    for (int b = b0; b < b1; b++) {
-        const uint8_t *c = (const uint8_t *)w->codes + (size_t)b * steps * KVQ_AQLM_RB;
-        __m256 lo0 = _mm256_setzero_ps(), hi0 = lo0, lo1 = lo0, hi1 = lo0;
-        const float *l = lut;
-        size_t s = 0;
-        /* Table (g, m) is lut + (g*M + m)*256, i.e. step s uses lut + s*256. */
-        for (; s + 2 <= steps; s += 2, c += 2 * KVQ_AQLM_RB, l += 512) {
-            __m128i c01 = _mm_load_si128((const __m128i *)c), c23 = _mm_load_si128((const __m128i *)(c + 16));
-            lo0 = _mm256_add_ps(lo0, _mm256_i32gather_ps(l, _mm256_cvtepu8_epi32(c01), 4));
-            hi0 = _mm256_add_ps(hi0, _mm256_i32gather_ps(l, _mm256_cvtepu8_epi32(_mm_srli_si128(c01, 8)), 4));
-            lo1 = _mm256_add_ps(lo1, _mm256_i32gather_ps(l + 256, _mm256_cvtepu8_epi32(c23), 4));
-            hi1 = _mm256_add_ps(hi1, _mm256_i32gather_ps(l + 256, _mm256_cvtepu8_epi32(_mm_srli_si128(c23, 8)), 4));
+void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1) {
+    size_t S = (size_t)w->G * w->M, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad, s = 0;
+    const uint8_t *codes = (const uint8_t *)w->codes + r0;
+    for (size_t i = 0; i < n; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
+    /* Two steps per pass over acc: two 1 KB tables stay in L1, acc traffic halves. */
+    for (; s + 2 <= S; s += 2) {
+        const float *l0 = lut + s * 256, *l1 = l0 + 256;
+        const uint8_t *c0 = codes + s * pad, *c1 = c0 + pad;
+        int pf = s + 2 + KVQ_LUT_PREFETCH < S;
+        for (size_t i0 = 0; i0 < n; i0 += 64) {
+            if (pf) {
+                _mm_prefetch((const char *)(c0 + (2 + KVQ_LUT_PREFETCH) * pad + i0), _MM_HINT_T0);
+                _mm_prefetch((const char *)(c1 + (2 + KVQ_LUT_PREFETCH) * pad + i0), _MM_HINT_T0);
+            }
+            for (size_t i = i0; i < i0 + 64; i += 8) {
+                __m256 v0 = _mm256_i32gather_ps(l0, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c0 + i))), 4);
+                __m256 v1 = _mm256_i32gather_ps(l1, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c1 + i))), 4);
+                _mm256_store_ps(acc + i, _mm256_add_ps(_mm256_load_ps(acc + i), _mm256_add_ps(v0, v1)));
+            }
         }
-        if (s < steps) {
-            __m128i c01 = _mm_load_si128((const __m128i *)c);
-            lo0 = _mm256_add_ps(lo0, _mm256_i32gather_ps(l, _mm256_cvtepu8_epi32(c01), 4));
-            hi0 = _mm256_add_ps(hi0, _mm256_i32gather_ps(l, _mm256_cvtepu8_epi32(_mm_srli_si128(c01, 8)), 4));
+    }
+    if (s < S) {
+        const float *l0 = lut + s * 256;
+        const uint8_t *c0 = codes + s * pad;
+        for (size_t i = 0; i < n; i += 8) {
+            __m256 v0 = _mm256_i32gather_ps(l0, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c0 + i))), 4);
+            _mm256_store_ps(acc + i, _mm256_add_ps(_mm256_load_ps(acc + i), v0));
         }
-        store_block(w, b, _mm256_add_ps(lo0, lo1), _mm256_add_ps(hi0, hi1), y);
+    }
+    finish(w, acc, y, r0, r1);
+}
+
+/* 8 fp16 codebook values at element i, widened. */
+static inline __m256 cw8(const uint16_t *cb, size_t i) { return _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cb + i))); }
+
+/* Codeword of group g (sum over the M codebooks), 8 values from element h.
+ * M1 (compile-time "M is 1") drops the codebook loop for the common 1x16. */
+static inline __attribute__((always_inline)) __m256 codeword8(const uint16_t *cb, const uint16_t *c, int g, size_t KI,
+                                                              size_t M, size_t ig, size_t h, const int M1) {
+    const uint16_t *cg = c + (size_t)g * M;
+    __m256 v = cw8(cb, (size_t)cg[0] * ig + h);
+    if (!M1)
+        for (size_t m = 1; m < M; m++) v = _mm256_add_ps(v, cw8(cb, m * KI + (size_t)cg[m] * ig + h));
+    return v;
+}
+
+/* One row against T tokens: each codeword fetched once feeds T FMAs. NS
+ * accumulator sets (groups g+u use set u) keep NS FMA chains per token in
+ * flight; one token gets 4, more tokens already have chains enough. IG and
+ * M1 are compile-time. */
+static inline __attribute__((always_inline)) void row_gather(const kvq_cpu_weight *w, const uint16_t *c,
+                                                             const float *x, float *out, const int T, const int IG,
+                                                             const int M1) {
+    enum { NSMAX = 4 };
+    const int NS = T == 1 ? 4 : 2;
+    const uint16_t *cb = w->cb16;
+    size_t KI = ((size_t)1 << w->nbits) * IG, cols = (size_t)w->cols, M = M1 ? 1 : (size_t)w->M;
+    int G = w->G, g = 0;
+    __m256 a[NSMAX][KVQ_GEMV_MAX_T];
+    for (int u = 0; u < NS; u++)
+        for (int t = 0; t < T; t++) a[u][t] = _mm256_setzero_ps();
+    for (; g + NS <= G; g += NS)
+        for (int u = 0; u < NS; u++)
+            for (int h = 0; h < IG; h += 8) {
+                __m256 v = codeword8(cb, c, g + u, KI, M, IG, (size_t)h, M1);
+                for (int t = 0; t < T; t++)
+                    a[u][t] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + t * cols + (size_t)(g + u) * IG + h), a[u][t]);
+            }
+    for (; g < G; g++)
+        for (int h = 0; h < IG; h += 8) {
+            __m256 v = codeword8(cb, c, g, KI, M, IG, (size_t)h, M1);
+            for (int t = 0; t < T; t++)
+                a[0][t] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + t * cols + (size_t)g * IG + h), a[0][t]);
+        }
+    for (int t = 0; t < T; t++) {
+        __m256 s = a[0][t];
+        for (int u = 1; u < NS; u++) s = _mm256_add_ps(s, a[u][t]);
+        out[t] = hsum8(s);
     }
 }
 
-/* One row, 8-value groups: codeword (sum over the M codebooks) times x. */
-static inline float row_ig8(const kvq_cpu_weight *w, const uint16_t *c, const float *x) {
-    const float *cb = w->cb;
-    size_t K8 = ((size_t)1 << w->nbits) * 8;
-    int G = w->G, M = w->M, g = 0;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    if (M == 1) {
-        for (; g + 4 <= G; g += 4) {
-            a0 = _mm256_fmadd_ps(_mm256_load_ps(cb + (size_t)c[g] * 8), _mm256_loadu_ps(x + g * 8), a0);
-            a1 = _mm256_fmadd_ps(_mm256_load_ps(cb + (size_t)c[g + 1] * 8), _mm256_loadu_ps(x + g * 8 + 8), a1);
-            a2 = _mm256_fmadd_ps(_mm256_load_ps(cb + (size_t)c[g + 2] * 8), _mm256_loadu_ps(x + g * 8 + 16), a2);
-            a3 = _mm256_fmadd_ps(_mm256_load_ps(cb + (size_t)c[g + 3] * 8), _mm256_loadu_ps(x + g * 8 + 24), a3);
-        }
-    }
-    for (; g < G; g++) {
-        __m256 v = _mm256_load_ps(cb + (size_t)c[(size_t)g * M] * 8);
-        for (int m = 1; m < M; m++) v = _mm256_add_ps(v, _mm256_load_ps(cb + m * K8 + (size_t)c[(size_t)g * M + m] * 8));
-        a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + g * 8), a0);
-    }
-    return hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-}
-
-/* One row, 16-value groups: two 8-float halves per codeword. */
-static inline float row_ig16(const kvq_cpu_weight *w, const uint16_t *c, const float *x) {
-    const float *cb = w->cb;
-    size_t K16 = ((size_t)1 << w->nbits) * 16;
-    int G = w->G, M = w->M;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    for (int g = 0; g < G; g++) {
-        const float *p = cb + (size_t)c[(size_t)g * M] * 16;
-        __m256 v0 = _mm256_load_ps(p), v1 = _mm256_load_ps(p + 8);
-        for (int m = 1; m < M; m++) {
-            p = cb + m * K16 + (size_t)c[(size_t)g * M + m] * 16;
-            v0 = _mm256_add_ps(v0, _mm256_load_ps(p));
-            v1 = _mm256_add_ps(v1, _mm256_load_ps(p + 8));
-        }
-        a0 = _mm256_fmadd_ps(v0, _mm256_loadu_ps(x + g * 16), a0);
-        a1 = _mm256_fmadd_ps(v1, _mm256_loadu_ps(x + g * 16 + 8), a1);
-    }
-    return hsum8(_mm256_add_ps(a0, a1));
-}
-
-void kvq_aqlm_gather_gemv_avx2(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1) {
-    size_t per_row = (size_t)w->G * w->M;
+/* Rows [r0, r1) for n tokens with IG / M1 fixed. */
+static inline __attribute__((always_inline)) void gather_rows(const kvq_cpu_weight *w, const float *x, int n,
+                                                              float *y, int r0, int r1, const int IG, const int M1) {
+    size_t per_row = (size_t)w->G * w->M, rows = (size_t)w->rows;
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * per_row;
-        y[o] = w->scales[o] * (w->ig == 8 ? row_ig8(w, c, x) : row_ig16(w, c, x));
+        float out[KVQ_GEMV_MAX_T];
+        switch (n) {
+        case 1: row_gather(w, c, x, out, 1, IG, M1); break;
+        case 2: row_gather(w, c, x, out, 2, IG, M1); break;
+        case 3: row_gather(w, c, x, out, 3, IG, M1); break;
+        default: row_gather(w, c, x, out, 4, IG, M1); break;
+        }
+        for (int t = 0; t < n; t++) y[t * rows + (size_t)o] = w->scales[o] * out[t];
+    }
+}
+
+void kvq_aqlm_gather_gemv_avx2(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1) {
+    if (w->ig == 8)
+        w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 8, 1) : gather_rows(w, x, n, y, r0, r1, 8, 0);
+    else
+        w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 16, 1) : gather_rows(w, x, n, y, r0, r1, 16, 0);
+}
+
+/* LUT layout: a step's codes are contiguous across rows, so codes of one row
+ * are rows_pad bytes apart (often a multiple of 4 KB: one L1 set). Per block
+ * of 64 rows and chunk of groups, first copy the codes row-major into a small
+ * local array (each code line read once, fully), then write rows sequentially. */
+static void rows_lut(const kvq_cpu_weight *w, int r0, int r1, float *out) {
+    enum { RB = 64, GC = 32 };
+    uint8_t loc[RB][GC * 8]; /* [row][g*M + m] for this chunk; M <= 8 */
+    size_t ig = (size_t)w->ig, pad = (size_t)w->rows_pad, M = (size_t)w->M, G = (size_t)w->G;
+    const uint8_t *codes = w->codes;
+    for (int b0 = r0; b0 < r1; b0 += RB) {
+        int nb = r1 - b0 < RB ? r1 - b0 : RB;
+        for (size_t g0 = 0; g0 < G; g0 += GC) {
+            size_t gc = G - g0 < GC ? G - g0 : GC;
+            /* Code lines are 4 KB-strided: no hardware prefetch. Ask for the
+             * next chunk's lines now; they arrive while this chunk is written. */
+            if (g0 + GC < G)
+                for (size_t s = 0; s < (G - g0 - GC < GC ? G - g0 - GC : GC) * M; s++)
+                    _mm_prefetch((const char *)(codes + ((g0 + GC) * M + s) * pad + (size_t)b0), _MM_HINT_T0);
+            for (size_t s = 0; s < gc * M; s++) {
+                const uint8_t *line = codes + (g0 * M + s) * pad + (size_t)b0;
+                for (int i = 0; i < nb; i++) loc[i][s] = line[i];
+            }
+            for (int i = 0; i < nb; i++) {
+                int o = b0 + i;
+                float *dst = out + (size_t)(o - r0) * w->cols + g0 * ig;
+                __m256 sc = _mm256_set1_ps(w->scales[o]);
+                for (size_t g = 0; g < gc; g++)
+                    for (size_t h = 0; h < ig; h += 8) {
+                        __m256 v = _mm256_load_ps(w->cb + (size_t)loc[i][g * M] * ig + h);
+                        for (size_t m = 1; m < M; m++)
+                            v = _mm256_add_ps(v, _mm256_load_ps(w->cb + (m * 256 + loc[i][g * M + m]) * ig + h));
+                        _mm256_storeu_ps(dst + g * ig + h, _mm256_mul_ps(sc, v));
+                    }
+            }
+        }
     }
 }
 
 void kvq_aqlm_rows_avx2(const kvq_cpu_weight *w, int r0, int r1, float *out) {
-    size_t K = (size_t)1 << w->nbits, ig = (size_t)w->ig;
+    if (w->kind == KVQ_CW_AQLM_LUT) {
+        rows_lut(w, r0, r1, out);
+        return;
+    }
+    size_t KI = ((size_t)1 << w->nbits) * w->ig, ig = (size_t)w->ig, per_row = (size_t)w->G * w->M;
     for (int o = r0; o < r1; o++) {
+        const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * per_row;
         float *dst = out + (size_t)(o - r0) * w->cols;
         __m256 s = _mm256_set1_ps(w->scales[o]);
-        for (size_t g = 0; g < (size_t)w->G; g++) {
-            for (size_t h = 0; h < ig; h += 8) {
-                __m256 v = _mm256_setzero_ps();
-                for (int m = 0; m < w->M; m++)
-                    v = _mm256_add_ps(v, _mm256_load_ps(w->cb + ((size_t)m * K + kvq_cw_code(w, (size_t)o, g, (size_t)m)) * ig + h));
-                _mm256_storeu_ps(dst + g * ig + h, _mm256_mul_ps(s, v));
-            }
-        }
+        for (int g = 0; g < w->G; g++)
+            for (size_t h = 0; h < ig; h += 8)
+                _mm256_storeu_ps(dst + g * ig + h, _mm256_mul_ps(s, codeword8(w->cb16, c, g, KI, (size_t)w->M, ig, h, 0)));
     }
 }

@@ -1,6 +1,7 @@
-/* AVX-512 AQLM kernels (layouts and the math: cpu_aqlm.c). A 16-row block's
- * codes for one (group, codebook) are one 16-byte load and one 16-lane gather
- * from that group's table; 8-value codewords are paired into one zmm. */
+/* AVX-512 AQLM kernels (layouts and the math: cpu_aqlm.c). LUT path: 16
+ * rows' codes of one step are one 16-byte load feeding one 16-lane gather, or
+ * with VBMI 64 rows per byte shuffle (below). Codeword path: 8-value fp16
+ * codewords are widened in pairs into one zmm. */
 #include <immintrin.h>
 
 #include "cpu/cpu_matmul_impl.h"
@@ -26,86 +27,222 @@ void kvq_aqlm_lut_build_avx512(const kvq_cpu_weight *w, const float *x, float *l
     }
 }
 
-void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, float *y, int b0, int b1) {
-    size_t steps = (size_t)w->G * w->M;
-    for (int b = b0; b < b1; b++) {
-        const uint8_t *c = (const uint8_t *)w->codes + (size_t)b * steps * KVQ_AQLM_RB;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        const float *l = lut; /* step s = g*M + m reads table lut + s*256 */
-        size_t s = 0;
-        for (; s + 4 <= steps; s += 4, c += 4 * KVQ_AQLM_RB, l += 4 * 256) {
-            a0 = _mm512_add_ps(a0, _mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)c)), l, 4));
-            a1 = _mm512_add_ps(a1, _mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(c + 16))), l + 256, 4));
-            a2 = _mm512_add_ps(a2, _mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(c + 32))), l + 512, 4));
-            a3 = _mm512_add_ps(a3, _mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(c + 48))), l + 768, 4));
-        }
-        for (; s < steps; s++, c += KVQ_AQLM_RB, l += 256)
-            a0 = _mm512_add_ps(a0, _mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)c)), l, 4));
-        int o = b * KVQ_AQLM_RB, left = w->rows - o;
-        __m512 v = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)), _mm512_load_ps(w->scales + o));
-        _mm512_mask_storeu_ps(y + o, left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u), v);
+/* y[o] = scale[o] * acc[o - r0] over the rows of [r0, r1) that exist. */
+static void finish(const kvq_cpu_weight *w, const float *acc, float *y, int r0, int r1) {
+    int end = r1 < w->rows ? r1 : w->rows;
+    for (int o = r0; o < end; o += 16) {
+        __mmask16 m = end - o >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (end - o)) - 1u);
+        _mm512_mask_storeu_ps(y + o, m, _mm512_mul_ps(_mm512_load_ps(w->scales + o), _mm512_load_ps(acc + (o - r0))));
     }
 }
 
-/* Two 8-float codewords side by side in one zmm. */
-static inline __m512 pair(const float *a, const float *b) {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_load_ps(a)), _mm256_load_ps(b), 1);
-}
-
-/* One row, 8-value groups, groups paired per zmm. */
-static inline float row_ig8(const kvq_cpu_weight *w, const uint16_t *c, const float *x) {
-    const float *cb = w->cb;
-    size_t K8 = ((size_t)1 << w->nbits) * 8;
-    int G = w->G, M = w->M, g = 0;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    if (M == 1) {
-        for (; g + 8 <= G; g += 8) {
-            a0 = _mm512_fmadd_ps(pair(cb + (size_t)c[g] * 8, cb + (size_t)c[g + 1] * 8), _mm512_loadu_ps(x + g * 8), a0);
-            a1 = _mm512_fmadd_ps(pair(cb + (size_t)c[g + 2] * 8, cb + (size_t)c[g + 3] * 8), _mm512_loadu_ps(x + g * 8 + 16), a1);
-            a2 = _mm512_fmadd_ps(pair(cb + (size_t)c[g + 4] * 8, cb + (size_t)c[g + 5] * 8), _mm512_loadu_ps(x + g * 8 + 32), a2);
-            a3 = _mm512_fmadd_ps(pair(cb + (size_t)c[g + 6] * 8, cb + (size_t)c[g + 7] * 8), _mm512_loadu_ps(x + g * 8 + 48), a3);
-        }
-    } else {
-        for (; g + 2 <= G; g += 2) {
-            const uint16_t *c0 = c + (size_t)g * M, *c1 = c0 + M;
-            __m512 v = pair(cb + (size_t)c0[0] * 8, cb + (size_t)c1[0] * 8);
-            for (int m = 1; m < M; m++) v = _mm512_add_ps(v, pair(cb + m * K8 + (size_t)c0[m] * 8, cb + m * K8 + (size_t)c1[m] * 8));
-            a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + g * 8), a0);
+void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1) {
+    size_t S = (size_t)w->G * w->M, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad, s = 0;
+    const uint8_t *codes = (const uint8_t *)w->codes + r0;
+    for (size_t i = 0; i < n; i += 16) _mm512_store_ps(acc + i, _mm512_setzero_ps());
+    /* Two steps per pass over acc: two 1 KB tables stay in L1, acc traffic halves. */
+    for (; s + 2 <= S; s += 2) {
+        const float *l0 = lut + s * 256, *l1 = l0 + 256;
+        const uint8_t *c0 = codes + s * pad, *c1 = c0 + pad;
+        int pf = s + 2 + KVQ_LUT_PREFETCH < S;
+        for (size_t i0 = 0; i0 < n; i0 += 64) {
+            if (pf) {
+                _mm_prefetch((const char *)(c0 + (2 + KVQ_LUT_PREFETCH) * pad + i0), _MM_HINT_T0);
+                _mm_prefetch((const char *)(c1 + (2 + KVQ_LUT_PREFETCH) * pad + i0), _MM_HINT_T0);
+            }
+            for (size_t i = i0; i < i0 + 64; i += 16) {
+                __m512 v0 = _mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(c0 + i))), l0, 4);
+                __m512 v1 = _mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(c1 + i))), l1, 4);
+                _mm512_store_ps(acc + i, _mm512_add_ps(_mm512_load_ps(acc + i), _mm512_add_ps(v0, v1)));
+            }
         }
     }
-    __m256 t = _mm256_setzero_ps();
-    for (; g < G; g++) { /* odd tail groups, one 8-float codeword at a time */
-        __m256 v = _mm256_setzero_ps();
-        for (int m = 0; m < M; m++) v = _mm256_add_ps(v, _mm256_load_ps(cb + m * K8 + (size_t)c[(size_t)g * M + m] * 8));
-        t = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + g * 8), t);
-    }
-    a0 = _mm512_add_ps(a0, _mm512_insertf32x8(_mm512_setzero_ps(), t, 0));
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
-/* One row, 16-value groups: a codeword is exactly one zmm. */
-static inline float row_ig16(const kvq_cpu_weight *w, const uint16_t *c, const float *x) {
-    const float *cb = w->cb;
-    size_t K16 = ((size_t)1 << w->nbits) * 16;
-    int G = w->G, M = w->M, g = 0;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-    if (M == 1)
-        for (; g + 2 <= G; g += 2) {
-            a0 = _mm512_fmadd_ps(_mm512_load_ps(cb + (size_t)c[g] * 16), _mm512_loadu_ps(x + g * 16), a0);
-            a1 = _mm512_fmadd_ps(_mm512_load_ps(cb + (size_t)c[g + 1] * 16), _mm512_loadu_ps(x + g * 16 + 16), a1);
+    if (s < S) {
+        const float *l0 = lut + s * 256;
+        const uint8_t *c0 = codes + s * pad;
+        for (size_t i = 0; i < n; i += 16) {
+            __m512 v0 = _mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(c0 + i))), l0, 4);
+            _mm512_store_ps(acc + i, _mm512_add_ps(_mm512_load_ps(acc + i), v0));
         }
-    for (; g < G; g++) {
-        __m512 v = _mm512_load_ps(cb + (size_t)c[(size_t)g * M] * 16);
-        for (int m = 1; m < M; m++) v = _mm512_add_ps(v, _mm512_load_ps(cb + m * K16 + (size_t)c[(size_t)g * M + m] * 16));
-        a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + g * 16), a0);
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    finish(w, acc, y, r0, r1);
 }
 
-void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1) {
-    size_t per_row = (size_t)w->G * w->M;
+/* ---- VBMI: lookups as byte shuffles ----
+ * A step's table is 256 f32 = 1 KB = 16 zmm. Stored as 4 byte planes (plane p
+ * = byte p of every entry, 256 bytes = 4 zmm), one vpermt2b looks up 64 codes
+ * in half a plane; the code's top bit picks the half. Four planes are then
+ * interleaved back into 64 f32: exact, and ~3.5x the lookups of vpgatherdd. */
+
+/* 4x4 transpose of 128-bit lanes: out[j].lane i = in[i].lane j. */
+static inline __attribute__((always_inline)) void lanes4x4(__m512i in[4], __m512i out[4]) {
+    __m512i a = _mm512_shuffle_i64x2(in[0], in[1], 0x44), b = _mm512_shuffle_i64x2(in[0], in[1], 0xee);
+    __m512i c = _mm512_shuffle_i64x2(in[2], in[3], 0x44), d = _mm512_shuffle_i64x2(in[2], in[3], 0xee);
+    out[0] = _mm512_shuffle_i64x2(a, c, 0x88);
+    out[1] = _mm512_shuffle_i64x2(a, c, 0xdd);
+    out[2] = _mm512_shuffle_i64x2(b, d, 0x88);
+    out[3] = _mm512_shuffle_i64x2(b, d, 0xdd);
+}
+
+/* Byte permute grouping 16 f32 by byte: out byte 16p + k = in byte 4k + p. */
+static const uint8_t k_planes_idx[64] = {
+    0, 4, 8,  12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 1, 5, 9,  13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61,
+    2, 6, 10, 14, 18, 22, 26, 30, 34, 38, 42, 46, 50, 54, 58, 62, 3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63,
+};
+
+__attribute__((target("avx512vbmi"))) void kvq_aqlm_lut_build_vbmi(const kvq_cpu_weight *w, const float *x,
+                                                                     float *lut, int g0, int g1) {
+    int M = w->M, ig = w->ig;
+    __m512i pidx = _mm512_loadu_si512(k_planes_idx);
+    for (int g = g0; g < g1; g++) {
+        __m512 xb[16];
+        for (int j = 0; j < ig; j++) xb[j] = _mm512_set1_ps(x[(size_t)g * ig + j]);
+        for (int m = 0; m < M; m++) {
+            const float *ct = w->cb_t + (size_t)m * ig * 256; /* [ig][256] */
+            uint8_t *out = (uint8_t *)(lut + ((size_t)g * M + m) * 256);
+            for (int q = 0; q < 4; q++) { /* entries 64q .. 64q+63 */
+                __m512i by[4], pl[4];
+                for (int i = 0; i < 4; i++) {
+                    int c = 64 * q + 16 * i;
+                    __m512 a0 = _mm512_mul_ps(_mm512_load_ps(ct + c), xb[0]);
+                    __m512 a1 = _mm512_mul_ps(_mm512_load_ps(ct + 256 + c), xb[1]);
+                    for (int j = 2; j < ig; j += 2) {
+                        a0 = _mm512_fmadd_ps(_mm512_load_ps(ct + (size_t)j * 256 + c), xb[j], a0);
+                        a1 = _mm512_fmadd_ps(_mm512_load_ps(ct + (size_t)(j + 1) * 256 + c), xb[j + 1], a1);
+                    }
+                    /* same sum order as the float kernels: (even j) + (odd j) */
+                    by[i] = _mm512_permutexvar_epi8(pidx, _mm512_castps_si512(_mm512_add_ps(a0, a1)));
+                }
+                lanes4x4(by, pl); /* pl[p] = plane p of these 64 entries */
+                for (int p = 0; p < 4; p++) _mm512_store_si512(out + p * 256 + q * 64, pl[p]);
+            }
+        }
+    }
+}
+
+__attribute__((target("avx512vbmi"))) void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_weight *w, const float *lut,
+                                                                    float *acc, float *y, int r0, int r1) {
+    size_t S = (size_t)w->G * w->M, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad;
+    const uint8_t *codes = (const uint8_t *)w->codes + r0;
+    for (size_t i = 0; i < n; i += 16) _mm512_store_ps(acc + i, _mm512_setzero_ps());
+    for (size_t s = 0; s < S; s++) {
+        const __m512i *tb = (const __m512i *)(lut + s * 256);
+        __m512i t[16];
+        for (int i = 0; i < 16; i++) t[i] = _mm512_load_si512(tb + i); /* t[4p + q]: plane p, entries 64q.. */
+        const uint8_t *c = codes + s * pad;
+        for (size_t i = 0; i < n; i += 64) {
+            __m512i idx = _mm512_load_si512(c + i);
+            if (s + KVQ_LUT_PREFETCH < S) _mm_prefetch((const char *)(c + KVQ_LUT_PREFETCH * pad + i), _MM_HINT_T0);
+            __mmask64 top = _mm512_movepi8_mask(idx);
+            __m512i b[4];
+            for (int p = 0; p < 4; p++)
+                b[p] = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t[4 * p], idx, t[4 * p + 1]),
+                                              _mm512_permutex2var_epi8(t[4 * p + 2], idx, t[4 * p + 3]));
+            /* Interleave planes into f32. Per 128-bit lane L, vector k gets rows
+             * 16L + 4k .. 16L + 4k + 3 of this 64-row block; finish_vbmi undoes it. */
+            __m512i lo01 = _mm512_unpacklo_epi8(b[0], b[1]), hi01 = _mm512_unpackhi_epi8(b[0], b[1]);
+            __m512i lo23 = _mm512_unpacklo_epi8(b[2], b[3]), hi23 = _mm512_unpackhi_epi8(b[2], b[3]);
+            __m512 v[4] = {_mm512_castsi512_ps(_mm512_unpacklo_epi16(lo01, lo23)),
+                           _mm512_castsi512_ps(_mm512_unpackhi_epi16(lo01, lo23)),
+                           _mm512_castsi512_ps(_mm512_unpacklo_epi16(hi01, hi23)),
+                           _mm512_castsi512_ps(_mm512_unpackhi_epi16(hi01, hi23))};
+            float *a = acc + i;
+            for (int k = 0; k < 4; k++) _mm512_store_ps(a + 16 * k, _mm512_add_ps(_mm512_load_ps(a + 16 * k), v[k]));
+        }
+    }
+    /* Back to row order (the same lane transpose), then scale. */
+    for (size_t i = 0; i < n; i += 64) {
+        __m512i in[4], out[4];
+        for (int k = 0; k < 4; k++) in[k] = _mm512_castps_si512(_mm512_load_ps(acc + i + 16 * k));
+        lanes4x4(in, out);
+        for (int k = 0; k < 4; k++) _mm512_store_ps(acc + i + 16 * k, _mm512_castsi512_ps(out[k]));
+    }
+    finish(w, acc, y, r0, r1);
+}
+
+/* Codeword of group g as 16 f32 (sum over the M codebooks): with IG 16 one
+ * codeword, with IG 8 groups g and g+1 side by side (the caller steps g by
+ * 16/IG). IG and "M is 1" are compile-time, so the common 1x16 case has no
+ * codebook loop at all. */
+static inline __attribute__((always_inline)) __m512 codeword16(const uint16_t *cb, const uint16_t *c, int g,
+                                                               size_t KI, size_t M, const int IG, const int M1) {
+    if (IG == 16) {
+        const uint16_t *cg = c + (size_t)g * M;
+        __m512 v = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(cb + (size_t)cg[0] * 16)));
+        if (!M1)
+            for (size_t m = 1; m < M; m++)
+                v = _mm512_add_ps(v, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(cb + m * KI + (size_t)cg[m] * 16))));
+        return v;
+    }
+    const uint16_t *c0 = c + (size_t)g * M, *c1 = c0 + M;
+    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_load_si128((const __m128i *)(cb + (size_t)c0[0] * 8))),
+                                        _mm_load_si128((const __m128i *)(cb + (size_t)c1[0] * 8)), 1);
+    __m512 v = _mm512_cvtph_ps(h);
+    if (!M1)
+        for (size_t m = 1; m < M; m++) {
+            h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_load_si128((const __m128i *)(cb + m * KI + (size_t)c0[m] * 8))),
+                                        _mm_load_si128((const __m128i *)(cb + m * KI + (size_t)c1[m] * 8)), 1);
+            v = _mm512_add_ps(v, _mm512_cvtph_ps(h));
+        }
+    return v;
+}
+
+/* One row against T tokens: each codeword fetched once feeds T FMAs; four
+ * accumulator sets (16-value chunk u of each 4 uses set u) keep four FMA
+ * chains per token in flight. */
+static inline __attribute__((always_inline)) void row_gather(const kvq_cpu_weight *w, const uint16_t *c,
+                                                             const float *x, float *out, const int T, const int IG,
+                                                             const int M1) {
+    enum { NS = 4 };
+    const uint16_t *cb = w->cb16;
+    size_t KI = ((size_t)1 << w->nbits) * IG, cols = (size_t)w->cols, M = M1 ? 1 : (size_t)w->M;
+    int G = w->G, step = 16 / IG, g = 0; /* step: groups per 16 values */
+    __m512 a[NS][KVQ_GEMV_MAX_T];
+    for (int u = 0; u < NS; u++)
+        for (int t = 0; t < T; t++) a[u][t] = _mm512_setzero_ps();
+    for (; g + NS * step <= G; g += NS * step)
+        for (int u = 0; u < NS; u++) {
+            int gu = g + u * step;
+            __m512 v = codeword16(cb, c, gu, KI, M, IG, M1);
+            for (int t = 0; t < T; t++)
+                a[u][t] = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + t * cols + (size_t)gu * IG), a[u][t]);
+        }
+    for (; g + step <= G; g += step) {
+        __m512 v = codeword16(cb, c, g, KI, M, IG, M1);
+        for (int t = 0; t < T; t++) a[0][t] = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + t * cols + (size_t)g * IG), a[0][t]);
+    }
+    if (g < G) { /* odd group count with ig 8: one 8-value codeword left */
+        __m256 v = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cb + (size_t)c[g * M] * 8)));
+        for (size_t m = 1; m < M; m++)
+            v = _mm256_add_ps(v, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cb + m * KI + (size_t)c[g * M + m] * 8))));
+        __m512 v16 = _mm512_insertf32x8(_mm512_setzero_ps(), v, 0);
+        for (int t = 0; t < T; t++)
+            a[1][t] = _mm512_fmadd_ps(v16, _mm512_maskz_loadu_ps(0xff, x + t * cols + (size_t)g * 8), a[1][t]);
+    }
+    for (int t = 0; t < T; t++)
+        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0][t], a[1][t]), _mm512_add_ps(a[2][t], a[3][t])));
+}
+
+/* Rows [r0, r1) for n tokens with IG / M1 fixed. */
+static inline __attribute__((always_inline)) void gather_rows(const kvq_cpu_weight *w, const float *x, int n,
+                                                              float *y, int r0, int r1, const int IG, const int M1) {
+    size_t per_row = (size_t)w->G * w->M, rows = (size_t)w->rows;
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * per_row;
-        y[o] = w->scales[o] * (w->ig == 8 ? row_ig8(w, c, x) : row_ig16(w, c, x));
+        float out[KVQ_GEMV_MAX_T];
+        switch (n) {
+        case 1: row_gather(w, c, x, out, 1, IG, M1); break;
+        case 2: row_gather(w, c, x, out, 2, IG, M1); break;
+        case 3: row_gather(w, c, x, out, 3, IG, M1); break;
+        default: row_gather(w, c, x, out, 4, IG, M1); break;
+        }
+        for (int t = 0; t < n; t++) y[t * rows + (size_t)o] = w->scales[o] * out[t];
     }
+}
+
+void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1) {
+    if (w->ig == 8)
+        w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 8, 1) : gather_rows(w, x, n, y, r0, r1, 8, 0);
+    else
+        w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 16, 1) : gather_rows(w, x, n, y, r0, r1, 16, 0);
 }

@@ -27,32 +27,53 @@ static inline float load1(kvq_wformat f, const void *p, size_t i) {
     return f == KVQ_W_F16 ? kvq_f16_to_f32(h) : kvq_bf16_to_f32(h);
 }
 
-/* Row dot product with the format fixed at compile time (always inlined per format). */
-static inline __attribute__((always_inline)) float row_dot(kvq_wformat f, const void *data, size_t base,
-                                                           const float *x, int cols) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+/* One row against T tokens, format fixed at compile time (always inlined per
+ * format and T): every widened W vector feeds T FMAs; two accumulator sets
+ * keep two FMA chains per token in flight. */
+static inline __attribute__((always_inline)) void row_dots(kvq_wformat f, const void *data, size_t base,
+                                                           const float *x, int cols, float *out, const int T) {
+    __m256 a[2][KVQ_GEMV_MAX_T];
+    for (int t = 0; t < T; t++) a[0][t] = a[1][t] = _mm256_setzero_ps();
     int k = 0;
-    for (; k + 32 <= cols; k += 32) {
-        a0 = _mm256_fmadd_ps(load8(f, data, base + k), _mm256_loadu_ps(x + k), a0);
-        a1 = _mm256_fmadd_ps(load8(f, data, base + k + 8), _mm256_loadu_ps(x + k + 8), a1);
-        a2 = _mm256_fmadd_ps(load8(f, data, base + k + 16), _mm256_loadu_ps(x + k + 16), a2);
-        a3 = _mm256_fmadd_ps(load8(f, data, base + k + 24), _mm256_loadu_ps(x + k + 24), a3);
+    for (; k + 16 <= cols; k += 16) {
+        __m256 w0 = load8(f, data, base + k), w1 = load8(f, data, base + k + 8);
+        for (int t = 0; t < T; t++) {
+            a[0][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)t * cols + k), a[0][t]);
+            a[1][t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + (size_t)t * cols + k + 8), a[1][t]);
+        }
     }
-    for (; k + 8 <= cols; k += 8) a0 = _mm256_fmadd_ps(load8(f, data, base + k), _mm256_loadu_ps(x + k), a0);
-    float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; k < cols; k++) s += load1(f, data, base + k) * x[k];
-    return s;
+    if (k + 8 <= cols) {
+        __m256 w0 = load8(f, data, base + k);
+        for (int t = 0; t < T; t++) a[0][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)t * cols + k), a[0][t]);
+        k += 8;
+    }
+    for (int t = 0; t < T; t++) {
+        float s = hsum8(_mm256_add_ps(a[0][t], a[1][t]));
+        for (int kk = k; kk < cols; kk++) s += load1(f, data, base + kk) * x[(size_t)t * cols + kk];
+        out[t] = s;
+    }
 }
 
-void kvq_dense_gemv_avx2(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1) {
-    size_t cols = (size_t)w->cols;
+static inline __attribute__((always_inline)) void gemv_fmt(const kvq_cpu_weight *w, kvq_wformat f, const float *x,
+                                                           int n, float *y, int r0, int r1) {
+    size_t cols = (size_t)w->cols, rows = (size_t)w->rows;
     for (int o = r0; o < r1; o++) {
-        size_t base = (size_t)o * cols;
-        switch (w->fmt) {
-        case KVQ_W_F32: y[o] = row_dot(KVQ_W_F32, w->data, base, x, w->cols); break;
-        case KVQ_W_F16: y[o] = row_dot(KVQ_W_F16, w->data, base, x, w->cols); break;
-        default: y[o] = row_dot(KVQ_W_BF16, w->data, base, x, w->cols); break;
+        float out[KVQ_GEMV_MAX_T];
+        switch (n) {
+        case 1: row_dots(f, w->data, (size_t)o * cols, x, w->cols, out, 1); break;
+        case 2: row_dots(f, w->data, (size_t)o * cols, x, w->cols, out, 2); break;
+        case 3: row_dots(f, w->data, (size_t)o * cols, x, w->cols, out, 3); break;
+        default: row_dots(f, w->data, (size_t)o * cols, x, w->cols, out, 4); break;
         }
+        for (int t = 0; t < n; t++) y[t * rows + (size_t)o] = out[t];
+    }
+}
+
+void kvq_dense_gemv_avx2(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1) {
+    switch (w->fmt) {
+    case KVQ_W_F32: gemv_fmt(w, KVQ_W_F32, x, n, y, r0, r1); break;
+    case KVQ_W_F16: gemv_fmt(w, KVQ_W_F16, x, n, y, r0, r1); break;
+    default: gemv_fmt(w, KVQ_W_BF16, x, n, y, r0, r1); break;
     }
 }
 

@@ -14,34 +14,49 @@ static inline __m512 load16(kvq_wformat f, const void *p, size_t i, __mmask16 ma
 
 static inline __mmask16 tail_mask(int left) { return (__mmask16)((1u << left) - 1u); }
 
-static inline __attribute__((always_inline)) float row_dot(kvq_wformat f, const void *data, size_t base,
-                                                           const float *x, int cols) {
+/* One row against T tokens (see cpu_dense_avx2.c): two accumulator sets,
+ * masked tail, format and T fixed at compile time. */
+static inline __attribute__((always_inline)) void row_dots(kvq_wformat f, const void *data, size_t base,
+                                                           const float *x, int cols, float *out, const int T) {
     const __mmask16 all = 0xffff;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m512 a[2][KVQ_GEMV_MAX_T];
+    for (int t = 0; t < T; t++) a[0][t] = a[1][t] = _mm512_setzero_ps();
     int k = 0;
-    for (; k + 64 <= cols; k += 64) {
-        a0 = _mm512_fmadd_ps(load16(f, data, base + k, all), _mm512_loadu_ps(x + k), a0);
-        a1 = _mm512_fmadd_ps(load16(f, data, base + k + 16, all), _mm512_loadu_ps(x + k + 16), a1);
-        a2 = _mm512_fmadd_ps(load16(f, data, base + k + 32, all), _mm512_loadu_ps(x + k + 32), a2);
-        a3 = _mm512_fmadd_ps(load16(f, data, base + k + 48, all), _mm512_loadu_ps(x + k + 48), a3);
+    for (; k + 32 <= cols; k += 32) {
+        __m512 w0 = load16(f, data, base + k, all), w1 = load16(f, data, base + k + 16, all);
+        for (int t = 0; t < T; t++) {
+            a[0][t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + (size_t)t * cols + k), a[0][t]);
+            a[1][t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + (size_t)t * cols + k + 16), a[1][t]);
+        }
     }
-    for (; k + 16 <= cols; k += 16) a0 = _mm512_fmadd_ps(load16(f, data, base + k, all), _mm512_loadu_ps(x + k), a0);
-    if (k < cols) {
-        __mmask16 m = tail_mask(cols - k);
-        a1 = _mm512_fmadd_ps(load16(f, data, base + k, m), _mm512_maskz_loadu_ps(m, x + k), a1);
+    for (; k < cols; k += 16) {
+        __mmask16 m = cols - k >= 16 ? all : tail_mask(cols - k);
+        __m512 w0 = load16(f, data, base + k, m);
+        for (int t = 0; t < T; t++) a[0][t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, x + (size_t)t * cols + k), a[0][t]);
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    for (int t = 0; t < T; t++) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(a[0][t], a[1][t]));
 }
 
-void kvq_dense_gemv_avx512(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1) {
-    size_t cols = (size_t)w->cols;
+static inline __attribute__((always_inline)) void gemv_fmt(const kvq_cpu_weight *w, kvq_wformat f, const float *x,
+                                                           int n, float *y, int r0, int r1) {
+    size_t cols = (size_t)w->cols, rows = (size_t)w->rows;
     for (int o = r0; o < r1; o++) {
-        size_t base = (size_t)o * cols;
-        switch (w->fmt) {
-        case KVQ_W_F32: y[o] = row_dot(KVQ_W_F32, w->data, base, x, w->cols); break;
-        case KVQ_W_F16: y[o] = row_dot(KVQ_W_F16, w->data, base, x, w->cols); break;
-        default: y[o] = row_dot(KVQ_W_BF16, w->data, base, x, w->cols); break;
+        float out[KVQ_GEMV_MAX_T];
+        switch (n) {
+        case 1: row_dots(f, w->data, (size_t)o * cols, x, w->cols, out, 1); break;
+        case 2: row_dots(f, w->data, (size_t)o * cols, x, w->cols, out, 2); break;
+        case 3: row_dots(f, w->data, (size_t)o * cols, x, w->cols, out, 3); break;
+        default: row_dots(f, w->data, (size_t)o * cols, x, w->cols, out, 4); break;
         }
+        for (int t = 0; t < n; t++) y[t * rows + (size_t)o] = out[t];
+    }
+}
+
+void kvq_dense_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1) {
+    switch (w->fmt) {
+    case KVQ_W_F32: gemv_fmt(w, KVQ_W_F32, x, n, y, r0, r1); break;
+    case KVQ_W_F16: gemv_fmt(w, KVQ_W_F16, x, n, y, r0, r1); break;
+    default: gemv_fmt(w, KVQ_W_BF16, x, n, y, r0, r1); break;
     }
 }
 

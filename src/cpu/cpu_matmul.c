@@ -3,10 +3,11 @@
  * the OpenMP threading around them. Kernels themselves only see row ranges.
  *
  * Paths:
- *  - dense, n == 1: GEMV straight from the stored F32/F16/BF16 (halves stay
- *    2 bytes/value and are widened in registers, so decode reads half the bytes);
+ *  - dense, n < KVQ_GEMV_MAX_N: GEMV straight from the stored F32/F16/BF16
+ *    (halves stay 2 bytes/value and are widened in registers, so decode reads
+ *    half the bytes), up to KVQ_GEMV_MAX_T tokens per pass over the weight;
  *  - AQLM nbits == 8, n < KVQ_LUT_MAX_N: per-token lookup tables (cpu_aqlm.c);
- *  - AQLM nbits > 8, n == 1: codeword gather + FMA;
+ *  - AQLM nbits > 8, n < KVQ_GEMV_MAX_N: codeword gather + FMA, like dense;
  *  - everything else (batched): rows are widened/dequantized a tile at a time
  *    into a per-thread f32 buffer, and the tile is multiplied with all n tokens. */
 #include <omp.h>
@@ -17,11 +18,26 @@
 #include "cpu/cpu_matmul_impl.h"
 #include "util.h"
 
-/* From this many tokens on, AQLM LUT weights are dequantized per tile and
- * multiplied like dense ones (one LUT per token stops paying off). */
-#define KVQ_LUT_MAX_N 4
-/* Rows per tile in the batched path (a tile of f32 rows stays in L2). */
+#if defined(KVQ_HAVE_BLAS)
+#include <cblas.h>
+#endif
+
+/* From this many tokens on, weights are widened/dequantized per tile and
+ * multiplied with all tokens at once. Measured crossovers (2 cores, AVX-512):
+ * per-token LUTs stay ahead of dequantize + GEMM up to ~16 tokens, a weight
+ * pass per 4 tokens (dense, codeword gather) up to ~8. */
+#define KVQ_LUT_MAX_N 16
+#define KVQ_GEMV_MAX_N 8
+/* Rows per tile in the batched path without BLAS (a tile of f32 rows stays in
+ * L2); LUT-layout AQLM uses 64-row tiles so each 64-byte line of codes is
+ * dequantized in one go. */
 #define KVQ_TILE_ROWS 16
+#define KVQ_TILE_ROWS_LUT 64
+/* From this many tokens on (with BLAS), chunks of rows are widened and handed
+ * to cblas_sgemm (about 2x our own tile kernel at 256 tokens); about this many
+ * f32 weights per sgemm call. */
+#define KVQ_BLAS_MIN_N 64
+#define KVQ_BLAS_CHUNK ((size_t)2 << 20)
 /* Below this many multiply-adds per thread, extra threads cost more than they give. */
 #define KVQ_MIN_WORK_PER_THREAD (1 << 16)
 
@@ -41,12 +57,37 @@ static const kvq_mm_kernels k_avx512 = {
     kvq_dense_gemv_avx512,    kvq_dense_rows_avx2,         kvq_gemm_avx512,    kvq_aqlm_lut_build_avx512,
     kvq_aqlm_lut_gemv_avx512, kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2,
 };
+
+/* AVX-512 with byte permutes: only the LUT pair differs. */
+static const kvq_mm_kernels k_avx512_vbmi = {
+    kvq_dense_gemv_avx512,  kvq_dense_rows_avx2,         kvq_gemm_avx512,    kvq_aqlm_lut_build_vbmi,
+    kvq_aqlm_lut_gemv_vbmi, kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2,
+};
 #endif
+
+static int g_vbmi_on = 1, g_has_vbmi = -1;
+
+int kvq_cpu_has_vbmi(void) {
+    int v = __atomic_load_n(&g_has_vbmi, __ATOMIC_ACQUIRE);
+    if (v < 0) {
+#if defined(__x86_64__)
+        __builtin_cpu_init();
+        v = kvq_cpu_isa_available(KVQ_ISA_AVX512) && __builtin_cpu_supports("avx512vbmi");
+#else
+        v = 0;
+#endif
+        __atomic_store_n(&g_has_vbmi, v, __ATOMIC_RELEASE);
+    }
+    return v;
+}
+
+int kvq_cpu_set_vbmi(int on) { return __atomic_exchange_n(&g_vbmi_on, on != 0, __ATOMIC_ACQ_REL); }
 
 static const kvq_mm_kernels *kernels(void) {
     switch (kvq_cpu_isa()) {
 #if defined(__x86_64__)
-    case KVQ_ISA_AVX512: return &k_avx512;
+    case KVQ_ISA_AVX512:
+        return __atomic_load_n(&g_vbmi_on, __ATOMIC_ACQUIRE) && kvq_cpu_has_vbmi() ? &k_avx512_vbmi : &k_avx512;
     case KVQ_ISA_AVX2: return &k_avx2;
 #endif
     default: return &k_scalar;
@@ -72,6 +113,7 @@ void kvq_cpu_weight_free(kvq_cpu_weight *w) {
     kvq_free_aligned(w->codes);
     kvq_free_aligned(w->cb);
     kvq_free_aligned(w->cb_t);
+    kvq_free_aligned(w->cb16);
     kvq_free_aligned(w->scales);
     free(w);
 }
@@ -150,13 +192,16 @@ void kvq_cpu_weight_row(const kvq_cpu_weight *w, int row, float *out) {
 
 /* ---- scalar dense kernels ---- */
 
-void kvq_dense_gemv_scalar(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1) {
-    size_t cols = (size_t)w->cols;
+void kvq_dense_gemv_scalar(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1) {
+    size_t cols = (size_t)w->cols, rows = (size_t)w->rows;
     for (int o = r0; o < r1; o++) {
         size_t base = (size_t)o * cols;
-        float acc = 0.0f;
-        for (size_t k = 0; k < cols; k++) acc += dense_at(w->fmt, w->data, base + k) * x[k];
-        y[o] = acc;
+        float acc[KVQ_GEMV_MAX_T] = {0};
+        for (size_t k = 0; k < cols; k++) {
+            float v = dense_at(w->fmt, w->data, base + k);
+            for (int t = 0; t < n; t++) acc[t] += v * x[t * cols + k];
+        }
+        for (int t = 0; t < n; t++) y[t * rows + (size_t)o] = acc[t];
     }
 }
 
@@ -227,9 +272,9 @@ static void split(int n, int parts, int i, int *a, int *b) {
 /* W[o][c] without any buffer (last-resort path). */
 static float weight_at(const kvq_cpu_weight *w, int o, int c) {
     if (w->kind == KVQ_CW_DENSE) return dense_at(w->fmt, w->data, (size_t)o * w->cols + c);
-    size_t K = (size_t)1 << w->nbits, g = (size_t)(c / w->ig), j = (size_t)(c % w->ig);
+    size_t g = (size_t)(c / w->ig), j = (size_t)(c % w->ig);
     float v = 0.0f;
-    for (int m = 0; m < w->M; m++) v += w->cb[((size_t)m * K + kvq_cw_code(w, (size_t)o, g, (size_t)m)) * w->ig + j];
+    for (int m = 0; m < w->M; m++) v += kvq_cw_val(w, (size_t)m, kvq_cw_code(w, (size_t)o, g, (size_t)m), j);
     return w->scales[o] * v;
 }
 
@@ -246,15 +291,15 @@ static int threads_for(int n_threads, size_t work) {
 }
 
 static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
-                       float *luts) {
+                       float *luts, float *acc) {
     size_t lut_n = (size_t)w->G * w->M * 256;
-    int n_blocks = w->rows_pad / KVQ_AQLM_RB;
+    int units = w->rows_pad / KVQ_AQLM_RB;
 #pragma omp parallel num_threads(nt)
     {
-        int t = omp_get_thread_num(), T = omp_get_num_threads(), g0, g1, b0, b1;
+        int t = omp_get_thread_num(), T = omp_get_num_threads(), g0, g1, u0, u1;
         split(w->G, T, t, &g0, &g1);
-        split(n_blocks, T, t, &b0, &b1);
-        int r0 = b0 * KVQ_AQLM_RB, r1 = b1 * KVQ_AQLM_RB < w->rows ? b1 * KVQ_AQLM_RB : w->rows;
+        split(units, T, t, &u0, &u1);
+        int r0 = u0 * KVQ_AQLM_RB, r1 = u1 * KVQ_AQLM_RB, y1 = r1 < w->rows ? r1 : w->rows;
         for (int tok = 0; tok < n; tok++) {
             /* Two tables alternate: one barrier per token suffices, since a
              * thread can only rebuild table i after all passed token i+1's barrier. */
@@ -262,22 +307,29 @@ static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const f
             k->lut_build(w, x + (size_t)tok * w->cols, lut, g0, g1);
 #pragma omp barrier
             float *yt = y + (size_t)tok * w->rows;
-            k->lut_gemv(w, lut, yt, b0, b1);
-            add_bias(w, yt, r0, r1);
+            if (r1 > r0) k->lut_gemv(w, lut, acc + r0, yt, r0, r1);
+            add_bias(w, yt, r0, y1);
         }
     }
 }
 
-static void matmul_gemv(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int nt) {
+/* Dense and codeword-gather weights for a few tokens: one pass over the
+ * weight per KVQ_GEMV_MAX_T tokens, rows split among threads. */
+static void matmul_gemv(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt) {
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads(), r0, r1;
         split(w->rows, T, t, &r0, &r1);
-        if (w->kind == KVQ_CW_DENSE)
-            k->dense_gemv(w, x, y, r0, r1);
-        else
-            k->gather_gemv(w, x, y, r0, r1);
-        add_bias(w, y, r0, r1);
+        for (int t0 = 0; t0 < n; t0 += KVQ_GEMV_MAX_T) {
+            int nn = n - t0 < KVQ_GEMV_MAX_T ? n - t0 : KVQ_GEMV_MAX_T;
+            const float *xt = x + (size_t)t0 * w->cols;
+            float *yt = y + (size_t)t0 * w->rows;
+            if (w->kind == KVQ_CW_DENSE)
+                k->dense_gemv(w, xt, nn, yt, r0, r1);
+            else
+                k->gather_gemv(w, xt, nn, yt, r0, r1);
+            for (int i = 0; i < nn; i++) add_bias(w, yt + (size_t)i * w->rows, r0, r1);
+        }
     }
 }
 
@@ -291,15 +343,17 @@ static const float *tile_f32(const kvq_mm_kernels *k, const kvq_cpu_weight *w, i
     return buf;
 }
 
+static int tile_rows(const kvq_cpu_weight *w) { return w->kind == KVQ_CW_AQLM_LUT ? KVQ_TILE_ROWS_LUT : KVQ_TILE_ROWS; }
+
 static void matmul_tiled(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
                          float *bufs) {
-    int n_tiles = (w->rows + KVQ_TILE_ROWS - 1) / KVQ_TILE_ROWS;
+    int tr = tile_rows(w), n_tiles = (w->rows + tr - 1) / tr;
 #pragma omp parallel num_threads(nt)
     {
-        float *buf = bufs + (size_t)omp_get_thread_num() * KVQ_TILE_ROWS * w->cols;
+        float *buf = bufs + (size_t)omp_get_thread_num() * tr * w->cols;
 #pragma omp for schedule(static)
         for (int tile = 0; tile < n_tiles; tile++) {
-            int r0 = tile * KVQ_TILE_ROWS, r1 = r0 + KVQ_TILE_ROWS < w->rows ? r0 + KVQ_TILE_ROWS : w->rows;
+            int r0 = tile * tr, r1 = r0 + tr < w->rows ? r0 + tr : w->rows;
             const float *W = tile_f32(k, w, r0, r1, buf);
             k->gemm(W, (size_t)w->cols, r1 - r0, w->cols, x, n, y + r0, (size_t)w->rows);
             if (w->bias)
@@ -308,6 +362,39 @@ static void matmul_tiled(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const
     }
 }
 
+#if defined(KVQ_HAVE_BLAS)
+/* Rows per sgemm call: about KVQ_BLAS_CHUNK weights, in 64-row units. */
+static int blas_chunk_rows(const kvq_cpu_weight *w) {
+    size_t r = KVQ_BLAS_CHUNK / (size_t)w->cols / 64 * 64;
+    if (r < 64) r = 64;
+    return r < (size_t)w->rows ? (int)r : w->rows;
+}
+
+/* Widen/dequantize a chunk of rows, then one sgemm on it. OpenBLAS runs its
+ * own threads (OPENBLAS_NUM_THREADS), not n_threads, and everything here stays
+ * on the calling thread: OpenMP workers spin-wait after a parallel region
+ * without yielding, and interleaving our parallel widening with sgemm calls
+ * starved OpenBLAS's threads (measured 4x slower than this). */
+static void matmul_blas(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n,
+                        float *buf) {
+    int rows = w->rows, cols = w->cols;
+    if (w->kind == KVQ_CW_DENSE && w->fmt == KVQ_W_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, x, cols, (const float *)w->data,
+                    cols, 0.0f, y, rows);
+    } else {
+        int chunk = blas_chunk_rows(w);
+        for (int c0 = 0; c0 < rows; c0 += chunk) {
+            int c1 = c0 + chunk < rows ? c0 + chunk : rows;
+            tile_f32(k, w, c0, c1, buf);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, c1 - c0, cols, 1.0f, x, cols, buf, cols, 0.0f,
+                        y + c0, rows);
+        }
+    }
+    if (w->bias)
+        for (int t = 0; t < n; t++) add_bias(w, y + (size_t)t * rows, 0, rows);
+}
+#endif
+
 void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, int n_threads) {
     if (n <= 0) return;
     const kvq_mm_kernels *k = kernels();
@@ -315,16 +402,26 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
     int nt = threads_for(n_threads, work);
 
     if (w->kind == KVQ_CW_AQLM_LUT && n < KVQ_LUT_MAX_N) {
-        float *luts = scratch(2 * (size_t)w->G * w->M * 256);
+        size_t lut_n = (size_t)w->G * w->M * 256;
+        float *luts = scratch(2 * lut_n + (size_t)w->rows_pad);
         if (luts) {
-            matmul_lut(k, w, x, y, n, nt, luts);
+            matmul_lut(k, w, x, y, n, nt, luts, luts + 2 * lut_n);
             return;
         }
-    } else if (n == 1 && w->kind != KVQ_CW_AQLM_LUT) {
-        matmul_gemv(k, w, x, y, nt);
+    } else if (n < KVQ_GEMV_MAX_N && w->kind != KVQ_CW_AQLM_LUT) {
+        matmul_gemv(k, w, x, y, n, nt);
         return;
     }
-    float *bufs = scratch((size_t)nt * KVQ_TILE_ROWS * w->cols);
+#if defined(KVQ_HAVE_BLAS)
+    if (n >= KVQ_BLAS_MIN_N) {
+        float *buf = scratch((size_t)blas_chunk_rows(w) * w->cols);
+        if (buf) {
+            matmul_blas(k, w, x, y, n, buf);
+            return;
+        }
+    }
+#endif
+    float *bufs = scratch((size_t)nt * tile_rows(w) * w->cols);
     if (!bufs) { /* no memory for scratch: one value at a time, slow but correct */
         for (int t = 0; t < n; t++)
             for (int o = 0; o < w->rows; o++) {

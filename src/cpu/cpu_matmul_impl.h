@@ -8,10 +8,17 @@
 #include <stdint.h>
 
 #include "cpu/cpu_kernels.h"
+#include "util.h"
 
-/* AQLM rows are grouped in blocks of this many for the LUT path: codes of a
- * block for one (group, codebook) are 16 contiguous bytes = one gather. */
-#define KVQ_AQLM_RB 16
+/* LUT-path rows are padded to a multiple of this and split among threads in
+ * units of it: one 64-byte line of codes per (group, codebook) step. */
+#define KVQ_AQLM_RB 64
+/* LUT kernels prefetch the codes this many steps ahead: a thread's codes for
+ * one step are a short run (a few KB) per page, too short for the hardware
+ * prefetcher to get going; without it decode ran ~1.5x slower from DRAM. */
+#define KVQ_LUT_PREFETCH 2
+/* Most tokens one GEMV kernel call handles (one weight pass feeds them all). */
+#define KVQ_GEMV_MAX_T 4
 
 typedef enum {
     KVQ_CW_DENSE = 0, /* F32/F16/BF16 kept as stored (2 bytes/value for halves) */
@@ -30,69 +37,86 @@ struct kvq_cpu_weight {
 
     /* AQLM */
     int M, nbits, ig, G; /* codebooks, bits per code, values per group, groups per row */
-    int rows_pad;        /* rows rounded up to KVQ_AQLM_RB (LUT layout) */
-    /* LUT: uint8 [rows_pad/RB][G][M][RB]; GATHER: uint16 [rows][G][M] (already mod 2^nbits) */
+    int rows_pad;        /* rows rounded up to KVQ_AQLM_RB */
+    /* Codes, already reduced mod 2^nbits.
+     * LUT: uint8 [G*M][rows_pad] -- step s = g*M + m holds the codes of all rows;
+     * GATHER: uint16 [rows][G][M]. */
     void *codes;
-    float *cb;     /* f32 codebooks [M][2^nbits][ig] */
-    float *cb_t;   /* LUT only: transposed f32 codebooks [M][ig][256] (vector LUT build) */
-    float *scales; /* f32 [rows_pad], zero past rows */
+    float *cb;      /* LUT: f32 codebooks [M][256][ig] */
+    float *cb_t;    /* LUT: transposed f32 codebooks [M][ig][256] (vector LUT build) */
+    uint16_t *cb16; /* GATHER: fp16 codebooks [M][2^nbits][ig]; half the bytes of f32 fits L2 better */
+    float *scales;  /* f32 [rows_pad], zero past rows */
 };
 
 /* A kernel set for one ISA. All ranges are half-open; y/out are indexed from
  * the range start unless noted. */
 typedef struct {
-    /* Dense n=1: y[r] = W[r]·x for r in [r0, r1); y indexed by absolute row. */
-    void (*dense_gemv)(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1);
+    /* Dense, n <= KVQ_GEMV_MAX_T tokens: y[t*rows + r] = W[r]·x[t*cols ..] for r in [r0, r1). */
+    void (*dense_gemv)(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
     /* Dense rows [r0, r1) as f32 into out[(r-r0)*cols]. */
     void (*dense_rows)(const kvq_cpu_weight *w, int r0, int r1, float *out);
     /* y[t*ldy + i] = W[i*ldw ..]·x[t*cols ..] for i < nr, t < n (f32 tile times tokens). */
     void (*gemm)(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy);
-    /* LUT build for groups [g0, g1): lut[(g*M + m)*256 + c] = cb[m][c]·x[g*ig ..]. */
+    /* LUT build for groups [g0, g1): table s = g*M + m (1 KB each) holds
+     * cb[m][c]·x[g*ig ..] for c < 256, as f32 [256] (or byte planes, VBMI). */
     void (*lut_build)(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
-    /* LUT gather for row blocks [b0, b1): y[o] = scale[o] * sum lut[...]; y absolute, rows < w->rows only. */
-    void (*lut_gemv)(const kvq_cpu_weight *w, const float *lut, float *y, int b0, int b1);
-    /* Codeword gather for nbits > 8, rows [r0, r1); y absolute. */
-    void (*gather_gemv)(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1);
+    /* y[o] = scale[o] * sum_s table_s[code(o, s)] for o in [r0, min(r1, rows)); r0, r1 multiples of
+     * KVQ_AQLM_RB (or r1 == rows_pad); acc: (r1 - r0) floats of 64-byte aligned scratch. */
+    void (*lut_gemv)(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
+    /* Codeword gather for nbits > 8, same contract as dense_gemv: each codeword
+     * fetched once serves all n tokens. */
+    void (*gather_gemv)(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
     /* AQLM rows [r0, r1) dequantized (scale applied) into out[(r-r0)*cols]. */
     void (*aqlm_rows)(const kvq_cpu_weight *w, int r0, int r1, float *out);
 } kvq_mm_kernels;
 
 /* Code of (row o, group g, codebook m) in the uploaded layout. */
 static inline uint32_t kvq_cw_code(const kvq_cpu_weight *w, size_t o, size_t g, size_t m) {
-    if (w->kind == KVQ_CW_AQLM_LUT) {
-        size_t b = o / KVQ_AQLM_RB, r = o % KVQ_AQLM_RB;
-        return ((const uint8_t *)w->codes)[((b * (size_t)w->G + g) * (size_t)w->M + m) * KVQ_AQLM_RB + r];
-    }
+    if (w->kind == KVQ_CW_AQLM_LUT) return ((const uint8_t *)w->codes)[(g * (size_t)w->M + m) * (size_t)w->rows_pad + o];
     return ((const uint16_t *)w->codes)[(o * (size_t)w->G + g) * (size_t)w->M + m];
 }
+
+/* Value j of codeword c of codebook m, whichever form the weight keeps. */
+static inline float kvq_cw_val(const kvq_cpu_weight *w, size_t m, uint32_t c, size_t j) {
+    size_t i = (m * ((size_t)1 << w->nbits) + c) * (size_t)w->ig + j;
+    return w->cb ? w->cb[i] : kvq_f16_to_f32(w->cb16[i]);
+}
+
+/* AVX-512 VBMI (byte permutes) turns the LUT lookups into register shuffles:
+ * used with the AVX-512 ISA when the CPU has it. kvq_cpu_set_vbmi(0) turns it
+ * off (tests cover both paths); returns the previous setting. */
+int kvq_cpu_has_vbmi(void);
+int kvq_cpu_set_vbmi(int on);
 
 /* cpu_aqlm.c: AQLM upload (fills the AQLM fields of w, adds to w->bytes). */
 int kvq_cpu_aqlm_init(kvq_cpu_weight *w, const kvq_weight_desc *d);
 
 /* Scalar kernels (cpu_matmul.c dense + gemm, cpu_aqlm.c AQLM). */
-void kvq_dense_gemv_scalar(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1);
+void kvq_dense_gemv_scalar(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 void kvq_dense_rows_scalar(const kvq_cpu_weight *w, int r0, int r1, float *out);
 void kvq_gemm_scalar(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy);
 void kvq_aqlm_lut_build_scalar(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
-void kvq_aqlm_lut_gemv_scalar(const kvq_cpu_weight *w, const float *lut, float *y, int b0, int b1);
-void kvq_aqlm_gather_gemv_scalar(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1);
+void kvq_aqlm_lut_gemv_scalar(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_gather_gemv_scalar(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 void kvq_aqlm_rows_scalar(const kvq_cpu_weight *w, int r0, int r1, float *out);
 
 #if defined(__x86_64__)
 /* cpu_dense_avx2.c / cpu_aqlm_avx2.c */
-void kvq_dense_gemv_avx2(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1);
+void kvq_dense_gemv_avx2(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 void kvq_dense_rows_avx2(const kvq_cpu_weight *w, int r0, int r1, float *out);
 void kvq_gemm_avx2(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy);
 void kvq_aqlm_lut_build_avx2(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
-void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, float *y, int b0, int b1);
-void kvq_aqlm_gather_gemv_avx2(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1);
+void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_gather_gemv_avx2(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 void kvq_aqlm_rows_avx2(const kvq_cpu_weight *w, int r0, int r1, float *out);
 /* cpu_dense_avx512.c / cpu_aqlm_avx512.c */
-void kvq_dense_gemv_avx512(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1);
+void kvq_dense_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 void kvq_gemm_avx512(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy);
 void kvq_aqlm_lut_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
-void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, float *y, int b0, int b1);
-void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, float *y, int r0, int r1);
+void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_lut_build_vbmi(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
+void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 #endif
 
 #endif

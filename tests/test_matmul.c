@@ -1,0 +1,361 @@
+/* CPU matmul (dense and AQLM) against the scalar reference, for every ISA
+ * this machine has; plus a hand-worked AQLM example for the reference itself
+ * and the errors for shapes the CPU path does not take. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_kernels.h"
+#include "cpu/cpu_matmul_impl.h"
+#include "ref/ref.h"
+#include "util.h"
+
+/* Checkpoint tensors come from an mmap with no alignment promise: every test
+ * buffer starts one byte past a malloc'd block, so misaligned reads trip UBSan. */
+typedef struct {
+    char *block;
+    void *p;
+} ubuf;
+
+static ubuf ubuf_new(size_t bytes) {
+    ubuf b;
+    b.block = calloc(1, bytes + 1);
+    assert_non_null(b.block);
+    b.p = b.block + 1;
+    return b;
+}
+
+static void put_u16(void *p, size_t i, uint16_t v) { memcpy((char *)p + 2 * i, &v, 2); }
+static void put_f32(void *p, size_t i, float v) { memcpy((char *)p + 4 * i, &v, 4); }
+static uint16_t f32_to_bf16(float f) { /* truncation is fine: the test only needs some bf16 values */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+
+/* Every kernel path this machine can run: each ISA, and AVX-512 with and
+ * without the VBMI lookup kernels. Returns 0 past the last; sets it up otherwise. */
+typedef struct {
+    kvq_isa isa;
+    int vbmi;
+} path;
+
+static int path_get(int i, path *p) {
+    for (int isa = KVQ_ISA_SCALAR; isa <= KVQ_ISA_NEON; isa++) {
+        if (!kvq_cpu_isa_available((kvq_isa)isa)) continue;
+        int variants = isa == KVQ_ISA_AVX512 && kvq_cpu_has_vbmi() ? 2 : 1;
+        for (int v = 0; v < variants; v++, i--)
+            if (i == 0) {
+                p->isa = (kvq_isa)isa;
+                p->vbmi = v;
+                kvq_cpu_set_isa(p->isa);
+                kvq_cpu_set_vbmi(v);
+                return 1;
+            }
+    }
+    return 0;
+}
+
+static const char *path_name(const path *p) { return p->vbmi ? "avx512+vbmi" : kvq_isa_name(p->isa); }
+
+/* ---- hand-worked example: 2 rows x 16 cols, M=2, 8-bit codes, in_group 8 ---- */
+
+static const float tiny_expected[2][16] = {
+    /* row 0, scale 2: g0 = cb0[1] + cb1[0], g1 = cb0[255] + cb1[3] (code -1 = 255) */
+    {0, 2, 4, 6, 12, 14, 16, 18, 1.5f, -0.5f, 2.5f, -1.5f, 5, -3, 9, -7},
+    /* row 1, scale 0.5: g0 = cb0[0] + cb1[3], g1 = cb0[1] + cb1[0] */
+    {0.125f, 0.125f, 0.125f, 0.125f, 0.25f, 0.25f, 0.25f, 0.25f, 0, 0.5f, 1, 1.5f, 3, 3.5f, 4, 4.5f},
+};
+
+typedef struct {
+    kvq_weight_desc d;
+    ubuf codes, cb, scales, bias, data;
+} wdesc;
+
+static void wdesc_free(wdesc *w) {
+    free(w->codes.block);
+    free(w->cb.block);
+    free(w->scales.block);
+    free(w->bias.block);
+    free(w->data.block);
+}
+
+static void tiny_make(wdesc *w, int code_bytes) {
+    memset(w, 0, sizeof *w);
+    static const float cb0_1[8] = {1, 2, 3, 4, 5, 6, 7, 8}, cb0_255[8] = {0.5f, -0.5f, 1, -1, 2, -2, 4, -4};
+    static const float cb1_0[8] = {-1, -1, -1, -1, 1, 1, 1, 1}, cb1_3[8] = {0.25f, 0.25f, 0.25f, 0.25f, 0.5f, 0.5f, 0.5f, 0.5f};
+    w->cb = ubuf_new(2 * 256 * 8 * 2); /* zero = fp16 +0 */
+    for (int j = 0; j < 8; j++) {
+        put_u16(w->cb.p, (0 * 256 + 1) * 8 + j, kvq_f32_to_f16(cb0_1[j]));
+        put_u16(w->cb.p, (0 * 256 + 255) * 8 + j, kvq_f32_to_f16(cb0_255[j]));
+        put_u16(w->cb.p, (1 * 256 + 0) * 8 + j, kvq_f32_to_f16(cb1_0[j]));
+        put_u16(w->cb.p, (1 * 256 + 3) * 8 + j, kvq_f32_to_f16(cb1_3[j]));
+    }
+    static const int codes[2][2][2] = {{{1, 0}, {-1, 3}}, {{0, 3}, {1, 0}}};
+    w->codes = ubuf_new(8 * (size_t)code_bytes);
+    for (int i = 0; i < 8; i++) {
+        int c = (&codes[0][0][0])[i];
+        if (code_bytes == 1) {
+            int8_t v = (int8_t)c;
+            memcpy((char *)w->codes.p + i, &v, 1);
+        } else {
+            put_u16(w->codes.p, (size_t)i, (uint16_t)(int16_t)c);
+        }
+    }
+    w->scales = ubuf_new(4);
+    put_u16(w->scales.p, 0, kvq_f32_to_f16(2.0f));
+    put_u16(w->scales.p, 1, kvq_f32_to_f16(0.5f));
+    w->d = (kvq_weight_desc){.fmt = KVQ_W_AQLM, .rows = 2, .cols = 16, .n_codebooks = 2, .nbits = 8, .in_group = 8,
+                             .code_bytes = code_bytes, .codes = w->codes.p, .codebooks = w->cb.p,
+                             .scales = w->scales.p, .name = "tiny.weight"};
+}
+
+static void test_ref_tiny_aqlm(void **state) {
+    (void)state;
+    path pa;
+    kvq_isa saved0 = kvq_cpu_isa();
+    for (int pi = 0; path_get(pi, &pa); pi++) print_message("kernel path: %s\n", path_name(&pa));
+    kvq_cpu_set_isa(saved0);
+    for (int cb = 1; cb <= 2; cb++) {
+        wdesc w;
+        tiny_make(&w, cb);
+        float W[2][16], row[16];
+        kvq_ref_weight_dequant(&w.d, &W[0][0]);
+        for (int o = 0; o < 2; o++) {
+            for (int k = 0; k < 16; k++) assert_true(W[o][k] == tiny_expected[o][k]);
+            kvq_ref_weight_row(&w.d, o, row);
+            assert_memory_equal(row, W[o], sizeof row);
+        }
+        /* y = W·x with x = e_k + 1: exact in f32 as well */
+        float x[16], y[2];
+        for (int k = 0; k < 16; k++) x[k] = (float)(k % 3);
+        kvq_ref_matmul(&w.d, x, y, 1);
+        for (int o = 0; o < 2; o++) {
+            float e = 0;
+            for (int k = 0; k < 16; k++) e += tiny_expected[o][k] * x[k];
+            assert_true(y[o] == e);
+        }
+        /* and the CPU path on every ISA */
+        kvq_isa saved = kvq_cpu_isa();
+        for (int pi = 0; path_get(pi, &pa); pi++) {
+            kvq_cpu_weight *cw = kvq_cpu_weight_new(&w.d);
+            assert_non_null(cw);
+            float yc[2];
+            kvq_cpu_matmul(cw, x, yc, 1, 1);
+            assert_true(yc[0] == y[0] && yc[1] == y[1]);
+            for (int o = 0; o < 2; o++) {
+                kvq_cpu_weight_row(cw, o, row);
+                assert_memory_equal(row, tiny_expected[o], sizeof row);
+            }
+            kvq_cpu_weight_free(cw);
+        }
+        kvq_cpu_set_isa(saved);
+        kvq_cpu_set_vbmi(1);
+        wdesc_free(&w);
+    }
+}
+
+/* ---- random weights ---- */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rand_u32(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+
+static void make_bias(wdesc *w, int with_bias) {
+    if (!with_bias) return;
+    static const kvq_wformat fmts[] = {KVQ_W_F32, KVQ_W_F16, KVQ_W_BF16};
+    kvq_wformat f = fmts[rand_u32() % 3];
+    w->bias = ubuf_new((size_t)w->d.rows * 4);
+    for (int o = 0; o < w->d.rows; o++) {
+        float v = tu_randf(&rng);
+        if (f == KVQ_W_F32) put_f32(w->bias.p, (size_t)o, v);
+        else put_u16(w->bias.p, (size_t)o, f == KVQ_W_F16 ? kvq_f32_to_f16(v) : f32_to_bf16(v));
+    }
+    w->d.bias = w->bias.p;
+    w->d.bias_fmt = f;
+}
+
+static void make_dense(wdesc *w, kvq_wformat f, int rows, int cols, int with_bias) {
+    memset(w, 0, sizeof *w);
+    size_t n = (size_t)rows * cols;
+    w->data = ubuf_new(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        float v = tu_randf(&rng);
+        if (f == KVQ_W_F32) put_f32(w->data.p, i, v);
+        else put_u16(w->data.p, i, f == KVQ_W_F16 ? kvq_f32_to_f16(v) : f32_to_bf16(v));
+    }
+    w->d = (kvq_weight_desc){.fmt = f, .rows = rows, .cols = cols, .data = w->data.p, .name = "dense.weight"};
+    make_bias(w, with_bias);
+}
+
+static void make_aqlm(wdesc *w, int rows, int cols, int M, int nbits, int ig, int code_bytes, int with_bias) {
+    memset(w, 0, sizeof *w);
+    size_t K = (size_t)1 << nbits, n_codes = (size_t)rows * (cols / ig) * M;
+    w->codes = ubuf_new(n_codes * (size_t)code_bytes);
+    for (size_t i = 0; i < n_codes; i++) { /* full 8/16-bit range: negative int16 values included */
+        uint32_t c = rand_u32();
+        if (code_bytes == 1) ((uint8_t *)w->codes.p)[i] = (uint8_t)c;
+        else put_u16(w->codes.p, i, (uint16_t)c);
+    }
+    w->cb = ubuf_new((size_t)M * K * ig * 2);
+    for (size_t i = 0; i < (size_t)M * K * ig; i++) put_u16(w->cb.p, i, kvq_f32_to_f16(tu_randf(&rng)));
+    w->scales = ubuf_new((size_t)rows * 2);
+    for (int o = 0; o < rows; o++) put_u16(w->scales.p, (size_t)o, kvq_f32_to_f16(0.5f + tu_randf(&rng)));
+    w->d = (kvq_weight_desc){.fmt = KVQ_W_AQLM, .rows = rows, .cols = cols, .n_codebooks = M, .nbits = nbits,
+                             .in_group = ig, .code_bytes = code_bytes, .codes = w->codes.p,
+                             .codebooks = w->cb.p, .scales = w->scales.p, .name = "aqlm.weight"};
+    make_bias(w, with_bias);
+}
+
+/* kvq_cpu_matmul on every ISA and several batch sizes against kvq_ref_matmul. */
+static void check_weight(const wdesc *w, const int *ns, int n_ns, const char *what) {
+    int rows = w->d.rows, cols = w->d.cols, n_max = 0;
+    for (int i = 0; i < n_ns; i++) n_max = ns[i] > n_max ? ns[i] : n_max;
+    float *x = malloc(sizeof(float) * (size_t)n_max * cols);
+    float *y = malloc(sizeof(float) * (size_t)n_max * rows), *yr = malloc(sizeof(float) * (size_t)n_max * rows);
+    float *row = malloc(sizeof(float) * (size_t)cols), *row_ref = malloc(sizeof(float) * (size_t)cols);
+    assert_true(x && y && yr && row && row_ref);
+    tu_rand_fill(x, (size_t)n_max * cols, &rng);
+    kvq_isa saved = kvq_cpu_isa();
+    for (int i = 0; i < n_ns; i++) {
+        int n = ns[i];
+        kvq_ref_matmul(&w->d, x, yr, n);
+        path pa;
+        for (int pi = 0; path_get(pi, &pa); pi++) {
+            kvq_cpu_weight *cw = kvq_cpu_weight_new(&w->d);
+            if (!cw) fail_msg("%s: weight_new failed: %s", what, kvq_last_error());
+            assert_int_equal(kvq_cpu_weight_rows(cw), rows);
+            assert_int_equal(kvq_cpu_weight_cols(cw), cols);
+            assert_true(kvq_cpu_weight_bytes(cw) > 0);
+            int nt = 1 + (i + pi) % 3; /* 1..3 threads: uneven splits too */
+            memset(y, 0xff, sizeof(float) * (size_t)n * rows); /* NaN: catches rows never written */
+            kvq_cpu_matmul(cw, x, y, n, nt);
+            double e = tu_rel_l2(y, yr, (size_t)n * rows);
+            if (!(e <= 1e-5))
+                fail_msg("%s n=%d path=%s threads=%d: rel L2 %.3g", what, n, path_name(&pa), nt, e);
+            if (i == 0) {
+                for (int o = 0; o < rows; o += rows > 7 ? 7 : 1) {
+                    kvq_cpu_weight_row(cw, o, row);
+                    kvq_ref_weight_row(&w->d, o, row_ref);
+                    e = tu_rel_l2(row, row_ref, (size_t)cols);
+                    if (!(e <= 1e-6)) fail_msg("%s row %d path=%s: rel L2 %.3g", what, o, path_name(&pa), e);
+                }
+            }
+            kvq_cpu_weight_free(cw);
+        }
+    }
+    kvq_cpu_set_isa(saved);
+    kvq_cpu_set_vbmi(1);
+    free(x);
+    free(y);
+    free(yr);
+    free(row);
+    free(row_ref);
+}
+
+static const int batch_sizes[] = {1, 3, 17, 64};
+
+static void test_dense(void **state) {
+    (void)state;
+    static const kvq_wformat fmts[] = {KVQ_W_F32, KVQ_W_F16, KVQ_W_BF16};
+    static const int shapes[][2] = {{1, 5}, {37, 67}, {13, 96}, {1, 300}};
+    for (int f = 0; f < 3; f++)
+        for (int s = 0; s < 4; s++) {
+            wdesc w;
+            make_dense(&w, fmts[f], shapes[s][0], shapes[s][1], (f + s) % 2);
+            char what[96];
+            snprintf(what, sizeof what, "dense fmt=%d %dx%d bias=%d", (int)fmts[f], shapes[s][0], shapes[s][1],
+                     w.d.bias != NULL);
+            check_weight(&w, batch_sizes, 4, what);
+            wdesc_free(&w);
+        }
+}
+
+static void test_aqlm_shapes(void **state) {
+    (void)state;
+    static const int Ms[] = {1, 2, 3}, nbits[] = {8, 12, 16}, igs[] = {8, 16};
+    int k = 0;
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 2; c++, k++) {
+                int ig = igs[c], cb = nbits[b] > 8 ? 2 : 1 + (k % 4 == 0); /* int16 codes for 8 bits now and then */
+                wdesc w;
+                make_aqlm(&w, 37, 13 * ig, Ms[a], nbits[b], ig, cb, k % 2);
+                char what[96];
+                snprintf(what, sizeof what, "aqlm M=%d nbits=%d ig=%d code_bytes=%d bias=%d", Ms[a], nbits[b], ig, cb,
+                         k % 2);
+                check_weight(&w, batch_sizes, 4, what);
+                wdesc_free(&w);
+            }
+}
+
+/* Big enough that the row and group splits across threads are really used. */
+static void test_threaded(void **state) {
+    (void)state;
+    static const int ns[] = {1, 2, 5};
+    wdesc w;
+    make_aqlm(&w, 301, 1024, 2, 8, 8, 1, 1); /* 2x8 */
+    check_weight(&w, ns, 3, "aqlm 2x8 301x1024");
+    wdesc_free(&w);
+    make_aqlm(&w, 301, 1024, 1, 16, 8, 2, 0); /* 1x16 */
+    check_weight(&w, ns, 3, "aqlm 1x16 301x1024");
+    wdesc_free(&w);
+    make_dense(&w, KVQ_W_F16, 301, 1000, 1);
+    check_weight(&w, ns, 3, "dense f16 301x1000");
+    wdesc_free(&w);
+}
+
+static void expect_reject(kvq_weight_desc d, const char *why) {
+    d.name = "model.layers.7.mlp.odd_proj";
+    kvq_cpu_weight *cw = kvq_cpu_weight_new(&d);
+    if (cw) fail_msg("accepted %s", why);
+    if (!strstr(kvq_last_error(), d.name)) fail_msg("%s: error does not name the weight: %s", why, kvq_last_error());
+}
+
+static void test_unsupported(void **state) {
+    (void)state;
+    wdesc w;
+    make_aqlm(&w, 4, 32, 2, 8, 8, 1, 0);
+    kvq_weight_desc d = w.d;
+    d.cols = 36; /* codes buffer is big enough for the check to happen first */
+    expect_reject(d, "cols not a multiple of in_group");
+    d = w.d, d.in_group = 4;
+    expect_reject(d, "in_group 4");
+    d = w.d, d.n_codebooks = 9;
+    expect_reject(d, "9 codebooks");
+    d = w.d, d.n_codebooks = 0;
+    expect_reject(d, "0 codebooks");
+    d = w.d, d.nbits = 17;
+    expect_reject(d, "17-bit codes");
+    d = w.d, d.nbits = 7;
+    expect_reject(d, "7-bit codes");
+    d = w.d, d.nbits = 12;
+    expect_reject(d, "12-bit codes in int8");
+    d = w.d, d.codes = NULL;
+    expect_reject(d, "missing codes");
+    d = w.d, d.bias = w.scales.p, d.bias_fmt = KVQ_W_AQLM;
+    expect_reject(d, "AQLM bias");
+    d = w.d, d.rows = 0;
+    expect_reject(d, "zero rows");
+    d = w.d, d.fmt = (kvq_wformat)42;
+    expect_reject(d, "unknown format");
+    d = (kvq_weight_desc){.fmt = KVQ_W_F16, .rows = 2, .cols = 2};
+    expect_reject(d, "dense without data");
+    wdesc_free(&w);
+    kvq_cpu_weight_free(NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ref_tiny_aqlm), cmocka_unit_test(test_dense),      cmocka_unit_test(test_aqlm_shapes),
+        cmocka_unit_test(test_threaded),      cmocka_unit_test(test_unsupported),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
