@@ -1,0 +1,150 @@
+/* Quantized KV caches inside the whole model: perplexity on held-out text against
+ * the f16 cache (the issue's quality bar), cache sizes, and long-context decode
+ * equal to batched evaluation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvq.h"
+#include "testutil.h"
+
+#define CTX 1024
+
+static kvq_model *load(const char *name) {
+    char rel[256];
+    snprintf(rel, sizeof rel, "models/%s", name);
+    const char *dir = tu_fixture(rel);
+    if (!dir) return NULL;
+    kvq_model *m;
+    if (kvq_model_load(dir, NULL, &m) != KVQ_OK) fail_msg("%s", kvq_last_error());
+    return m;
+}
+
+/* BOS + the first CTX-1 tokens of brown-valid.txt (no BOS inside); *next gets the CTX targets. */
+static int32_t *valid_tokens(kvq_model *m, int32_t **targets) {
+    const char *p = tu_fixture("text/brown-valid.txt");
+    assert_non_null(p);
+    size_t len;
+    char *text = tu_read_file(p, &len);
+    if (len > 64 * 1024) len = 64 * 1024; /* plenty for 1024 tokens */
+    const kvq_tokenizer *tok = kvq_model_tokenizer(m);
+    int n = kvq_tokenize(tok, text, len, 0, NULL, 0);
+    assert_true(n > CTX);
+    int32_t *all = malloc(sizeof *all * (size_t)n);
+    kvq_tokenize(tok, text, len, 0, all, n);
+    free(text);
+    int32_t *in = malloc(sizeof *in * CTX);
+    in[0] = kvq_token_bos(tok);
+    memcpy(in + 1, all, sizeof *in * (CTX - 1));
+    *targets = all;
+    return in;
+}
+
+static kvq_context *ctx(kvq_model *m, kvq_cache_type tk, kvq_cache_type tv, int rotate, int logits_all, int n_batch) {
+    kvq_context_params p = kvq_context_default_params();
+    p.n_ctx = CTX;
+    p.type_k = tk;
+    p.type_v = tv;
+    p.kv_rotate = rotate;
+    p.logits_all = logits_all;
+    p.n_batch = n_batch;
+    kvq_context *c;
+    if (kvq_context_new(m, &p, &c) != KVQ_OK) fail_msg("%s", kvq_last_error());
+    return c;
+}
+
+static double ppl(kvq_model *m, const int32_t *in, const int32_t *tgt, kvq_cache_type tk, kvq_cache_type tv, int rotate) {
+    kvq_context *c = ctx(m, tk, tv, rotate, 1, CTX);
+    assert_int_equal(kvq_eval(c, in, CTX), KVQ_OK);
+    int nv = kvq_model_n_vocab(m);
+    double nll = 0;
+    for (int i = 0; i < CTX; i++) {
+        const float *row = kvq_logits_row(c, i);
+        double mx = row[0], s = 0;
+        for (int j = 1; j < nv; j++) mx = row[j] > mx ? row[j] : mx;
+        for (int j = 0; j < nv; j++) s += exp(row[j] - mx);
+        nll += mx + log(s) - row[tgt[i]];
+    }
+    kvq_context_free(c);
+    return exp(nll / CTX);
+}
+
+static void check_quality(const char *name, double ref_f32) {
+    kvq_model *m = load(name);
+    TU_NEED_FIXTURE(m);
+    int32_t *tgt, *in = valid_tokens(m, &tgt);
+    double f32 = ppl(m, in, tgt, KVQ_CACHE_F32, KVQ_CACHE_F32, 0);
+    double f16 = ppl(m, in, tgt, KVQ_CACHE_F16, KVQ_CACHE_F16, 0);
+    double q8 = ppl(m, in, tgt, KVQ_CACHE_Q8, KVQ_CACHE_Q8, -1);
+    double q4 = ppl(m, in, tgt, KVQ_CACHE_Q4, KVQ_CACHE_Q4, -1);
+    double q4_plain = ppl(m, in, tgt, KVQ_CACHE_Q4, KVQ_CACHE_Q4, 0);
+    print_message("%s: ppl f32 %.4f (reference %.4f), f16 %.4f, q8 %.4f, q4 rotated %.4f, q4 plain %.4f\n", name, f32,
+                  ref_f32, f16, q8, q4, q4_plain);
+    assert_true(fabs(f32 / ref_f32 - 1) < 1e-4);
+    assert_true(fabs(f16 / ref_f32 - 1) < 5e-4); /* f16 within 0.05% of the f32 reference */
+    assert_true(fabs(q8 / f16 - 1) < 1e-3);      /* q8/q8 within 0.1% of f16 */
+    assert_true(fabs(q4 / f16 - 1) < 1e-2);      /* rotated q4/q4 within 1% */
+    assert_true(q4_plain > q4);                  /* the rotation is what wins it back */
+    free(in);
+    free(tgt);
+    kvq_model_free(m);
+}
+
+/* f32 references from reference.json (perplexity.by_kv_cache.f32) */
+static void test_quality_fp16(void **s) { check_quality("brown-llama-fp16", 422.6013); }
+static void test_quality_2x8(void **s) { check_quality("brown-llama-aqlm-2x8", 433.7583); }
+
+static void test_cache_bytes(void **s) {
+    kvq_model *m = load("brown-llama-aqlm-2x8");
+    TU_NEED_FIXTURE(m);
+    kvq_context *f16 = ctx(m, KVQ_CACHE_F16, KVQ_CACHE_F16, -1, 0, 64);
+    kvq_context *q8 = ctx(m, KVQ_CACHE_Q8, KVQ_CACHE_Q8, -1, 0, 64);
+    kvq_context *q4 = ctx(m, KVQ_CACHE_Q4, KVQ_CACHE_Q4, -1, 0, 64);
+    double b16 = (double)kvq_kv_bytes_total(f16);
+    assert_true(b16 == 4.0 * 2 * CTX * 64 * 2 * 2); /* layers * kv heads * ctx * head_dim * 2 bytes * (K+V) */
+    assert_true(kvq_kv_bytes_total(q8) <= 0.55 * b16);
+    assert_true(kvq_kv_bytes_total(q4) <= 0.30 * b16);
+    int32_t ids[3] = {1, 450, 432};
+    assert_int_equal(kvq_eval(q4, ids, 3), KVQ_OK);
+    assert_true(kvq_kv_bytes_used(q4) * CTX == kvq_kv_bytes_total(q4) * 3);
+    kvq_context_free(f16);
+    kvq_context_free(q8);
+    kvq_context_free(q4);
+    kvq_model_free(m);
+}
+
+/* A long prompt decoded one token at a time through a quantized cache gives the
+ * logits of evaluating it in batches (same stored bytes, different kernel paths). */
+static void test_long_decode_matches_batch(void **s) {
+    kvq_model *m = load("brown-llama-aqlm-2x8");
+    TU_NEED_FIXTURE(m);
+    int32_t *tgt, *in = valid_tokens(m, &tgt);
+    const int n = 700;
+    const struct { kvq_cache_type k, v; } types[] = {{KVQ_CACHE_Q4, KVQ_CACHE_Q4}, {KVQ_CACHE_Q8, KVQ_CACHE_Q4}, {KVQ_CACHE_F16, KVQ_CACHE_Q8}};
+    for (int t = 0; t < 3; t++) {
+        kvq_context *batch = ctx(m, types[t].k, types[t].v, -1, 0, 256);
+        kvq_context *one = ctx(m, types[t].k, types[t].v, -1, 0, 1);
+        assert_int_equal(kvq_eval(batch, in, n), KVQ_OK);
+        for (int i = 0; i < n; i++) assert_int_equal(kvq_eval(one, in + i, 1), KVQ_OK);
+        double e = tu_rel_l2(kvq_logits(one), kvq_logits(batch), (size_t)kvq_model_n_vocab(m));
+        print_message("K %s V %s: %d tokens one by one vs batched, rel L2 %.2e\n", kvq_cache_type_name(types[t].k),
+                      kvq_cache_type_name(types[t].v), n, e);
+        assert_true(e < 1e-4);
+        kvq_context_free(batch);
+        kvq_context_free(one);
+    }
+    free(in);
+    free(tgt);
+    kvq_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cache_bytes),
+        cmocka_unit_test(test_long_decode_matches_batch),
+        cmocka_unit_test(test_quality_fp16),
+        cmocka_unit_test(test_quality_2x8),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
