@@ -176,7 +176,7 @@ static const char *make_dir(const char *name) {
 }
 
 static void write_file(const char *dir, const char *name, const char *text) {
-    char path[4096];
+    char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
@@ -508,7 +508,7 @@ static void test_split_behaviors(void **state) {
 
 static void expect_load_error(const char *name, const char *json, kvq_status want) {
     const char *dir = make_dir(name);
-    char path[4096];
+    char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     write_file(dir, "tokenizer.json", json);
     kvq_tokenizer *t = (kvq_tokenizer *)1;

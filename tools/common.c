@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 static int has_config(const char *dir) {
-    char p[PATH_MAX];
+    char p[PATH_MAX + 16];
     struct stat st;
     snprintf(p, sizeof p, "%s/config.json", dir);
     return stat(p, &st) == 0;
