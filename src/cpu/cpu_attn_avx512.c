@@ -1,0 +1,647 @@
+/* AVX-512 (F/BW/VL/DQ) attention kernels, with VNNI where the CPU has it.
+ *
+ * q·k with q4 K uses integer dot products: each query row is quantized to
+ * int8 per 32-value block (q_prep), vpmaddubsw (or VNNI vpdpbusd) multiplies
+ * it with the unsigned nibbles (the +8 storage offset is removed by a
+ * precomputed 8·Σq), and the partial sums of 4 query rows — GQA's usual
+ * group — are folded so that 128-bit lane b holds block b of all four rows:
+ * K and q block scales then apply with one multiply. ~2× fewer instructions
+ * than dequantizing K to f32. A lone query row (GQA 1 decode) has its own
+ * loop rather than being padded to four. With VNNI, q8 K goes the same way
+ * (values flipped to unsigned k+128, corrected by 128·Σq).
+ *
+ * q·k with f32/f16 (and q8 without VNNI) dequantizes 16 values at a time to
+ * f32 and FMAs them into NP positions × NH rows of accumulators, reduced by
+ * one transpose-add tree (45 shuffles/adds for 16 sums).
+ *
+ * V is dequantized 16 values at a time (q4 via a 16-entry permute table)
+ * into f32 and FMAed into register-resident output tiles; for q8/q4 the
+ * block scale is folded into the softmax weight first (w·d per row, block,
+ * position), so dequantization is just "integer to float". Measured on a
+ * Sapphire Rapids core: ~2 vector ops/cycle, the FMAs (32 per position for
+ * 4 rows × 128 values) are the floor, dequantization adds half again. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu/cpu_attn_impl.h"
+
+#define AI static inline __attribute__((always_inline))
+#define BP KVQ_ATTN_BP
+#define NB_MAX (KVQ_ATTN_HD_MAX / KVQ_QK)
+
+/* Shuffles within 128-bit lanes on integer vectors. */
+#define SHUF_I(a, b, imm) \
+    _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b), imm))
+
+static size_t block_bytes(kvq_cache_type t) {
+    return t == KVQ_CACHE_Q8 ? sizeof(kvq_block_q8) : sizeof(kvq_block_q4);
+}
+
+/* D[b*BP + j] = scale of block b of row j (j < np), via one gather per 16 rows. */
+static void gather_scales(const uint8_t *row0, size_t rb, int np, int nb, size_t bsz, float *D) {
+    const __m512i off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)rb));
+    for (int j0 = 0; j0 < np; j0 += 16) {
+        const __mmask16 m = np - j0 >= 16 ? 0xFFFF : (__mmask16)((1u << (np - j0)) - 1);
+        const uint8_t *base = row0 + (size_t)j0 * rb;
+        for (int b = 0; b < nb; b++) {
+            __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, off, base + (size_t)b * bsz, 1);
+            _mm512_storeu_ps(D + b * BP + j0, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)));
+        }
+    }
+}
+
+/* Values 16c .. 16c+15 of a row as f32, without the block scale for q8/q4. */
+AI __m512 ld16(const uint8_t *row, int c, const int t, __m512 lut) {
+    if (t == KVQ_CACHE_F32) return _mm512_loadu_ps(row + 64 * c);
+    if (t == KVQ_CACHE_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 32 * c)));
+    if (t == KVQ_CACHE_Q8) {
+        const uint8_t *b = row + (size_t)(c >> 1) * sizeof(kvq_block_q8) + 2 + 16 * (c & 1);
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b)));
+    }
+    /* q4: vpermps only looks at the low 4 index bits, so the low nibble needs no mask. */
+    const uint8_t *b = row + (size_t)(c >> 1) * sizeof(kvq_block_q4) + 2;
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b));
+    if (c & 1) v = _mm512_srli_epi32(v, 4);
+    return _mm512_permutexvar_ps(v, lut);
+}
+
+/* Byte offset of chunk c (even) of 16 values within a row. */
+AI size_t chunk_offset(int c, const int t) {
+    if (t == KVQ_CACHE_F32) return (size_t)c * 64;
+    if (t == KVQ_CACHE_F16) return (size_t)c * 32;
+    return (size_t)(c >> 1) * (t == KVQ_CACHE_Q8 ? sizeof(kvq_block_q8) : sizeof(kvq_block_q4));
+}
+
+AI __m512 q4_lut(void) {
+    return _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+
+/* out[i] = horizontal sum of v[i] for 16 vectors. */
+AI void reduce16(const __m512 *v, float *out) {
+    __m512 u[8], w[4], x[2];
+    for (int i = 0; i < 8; i++) {
+        __m512 a = v[2 * i], b = v[2 * i + 1];
+        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    for (int i = 0; i < 4; i++) {
+        __m512 a = u[2 * i], b = u[2 * i + 1];
+        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    /* w[i]: 128-bit lane k holds 4 partial sums of v[4i+k] */
+    for (int i = 0; i < 2; i++) {
+        __m512 a = w[2 * i], b = w[2 * i + 1];
+        x[i] = _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    __m512 r = _mm512_add_ps(_mm512_shuffle_ps(x[0], x[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_ps(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* r[4k + j] = sum of v[4j + k]: one permute puts it in order. */
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(idx, r));
+}
+
+/* ---- q·k, f32/f16/q8 K: dequantize and FMA ---- */
+
+/* Scores of NP positions (from j0) × NH query rows; positions past np repeat the last row. */
+AI void qkf_tile(const uint8_t *k, size_t rb, int np, int j0, const float *q, int hd, const float *D, float *s,
+                 int pf, const int NP, const int NH, const int t) {
+    const __m512 lut = q4_lut();
+    __m512 acc[16];
+    const uint8_t *row[16];
+    int jj[16];
+    for (int i = 0; i < NP; i++) {
+        jj[i] = j0 + i < np ? j0 + i : np - 1;
+        row[i] = k + (size_t)jj[i] * rb;
+        if (pf) kvq_attn_prefetch_row(row[i], rb);
+        for (int h = 0; h < NH; h++) acc[i * NH + h] = _mm512_setzero_ps();
+    }
+    for (int c = 0; c < hd / 16; c++) {
+        __m512 qv[8];
+        for (int h = 0; h < NH; h++) qv[h] = _mm512_loadu_ps(q + (size_t)h * hd + 16 * c);
+        for (int i = 0; i < NP; i++) {
+            __m512 x = ld16(row[i], c, t, lut);
+            if (t == KVQ_CACHE_Q8 || t == KVQ_CACHE_Q4) x = _mm512_mul_ps(x, _mm512_set1_ps(D[(c >> 1) * BP + jj[i]]));
+            for (int h = 0; h < NH; h++) acc[i * NH + h] = _mm512_fmadd_ps(x, qv[h], acc[i * NH + h]);
+        }
+    }
+    float sum[16];
+    if (NP * NH == 16)
+        reduce16(acc, sum);
+    else
+        for (int i = 0; i < NP * NH; i++) sum[i] = _mm512_reduce_add_ps(acc[i]);
+    for (int i = 0; i < NP && j0 + i < np; i++)
+        for (int h = 0; h < NH; h++) s[h * BP + j0 + i] = sum[i * NH + h];
+}
+
+AI void qkf_rows(const uint8_t *k, size_t rb, int np, const float *q, int hd, const float *D, float *s, int pf,
+                 const int NH, const int t) {
+    const int NP = 16 / NH; /* NP × NH = 16 accumulators fill half the register file */
+    for (int j0 = 0; j0 < np; j0 += NP) qkf_tile(k, rb, np, j0, q, hd, D, s, pf, NP, NH, t);
+}
+
+AI void qkf_t(const uint8_t *k, size_t rb, int np, const float *q, int nr, int hd, float *s, const int t) {
+    float D[NB_MAX * BP];
+    if (t == KVQ_CACHE_Q8 || t == KVQ_CACHE_Q4) gather_scales(k, rb, np, hd / KVQ_QK, block_bytes(t), D);
+    int r = 0;
+    for (; nr - r >= 8; r += 8) qkf_rows(k, rb, np, q + (size_t)r * hd, hd, D, s + r * BP, r == 0, 8, t);
+    if (nr - r >= 4) {
+        qkf_rows(k, rb, np, q + (size_t)r * hd, hd, D, s + r * BP, r == 0, 4, t);
+        r += 4;
+    }
+    if (nr - r >= 2) {
+        qkf_rows(k, rb, np, q + (size_t)r * hd, hd, D, s + r * BP, r == 0, 2, t);
+        r += 2;
+    }
+    if (nr - r >= 1) qkf_rows(k, rb, np, q + (size_t)r * hd, hd, D, s + r * BP, r == 0, 1, t);
+}
+
+/* ---- q·k, q4 K: int8 queries, integer dot products ---- */
+
+/* One group of 4 query rows × one chunk of 4 K blocks (128 values). Byte
+ * 16b+j of lo/hi pairs with nibble j / j+16 of block b, so int32 lane l of
+ * a dot product covers block l/4. For the 4-row fold: c[4b+e] = 8·Σq of row
+ * e, block b (the +8 offset of the stored nibbles), dq[4b+e] its scale. Per
+ * lane, for one row alone and for VNNI: nc[e][l] = -8·Σq of lane l's eight
+ * values, dql[e][l] = scale of block l/4. */
+typedef struct {
+    int8_t lo[4][64];
+    int8_t hi[4][64];
+    int32_t c[16];
+    float dq[16];
+    int32_t nc[4][16];
+    float dql[4][16];
+} q4prep;
+
+/* Quantizes 32 query values to int8 (scale absmax/127, round to nearest
+ * even, clamped against rounding past ±127); returns the scale. */
+AI float quant32(const float *x, __m512i *v0, __m512i *v1) {
+    const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+    *v0 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), lim), nlim);
+    *v1 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)), lim), nlim);
+    return amax / 127.0f;
+}
+
+static void q4_prep(const float *q, int nr, int hd, void *prep) {
+    const int nbk = hd / KVQ_QK, nch = (nbk + 3) / 4;
+    q4prep *P = prep;
+    memset(P, 0, (size_t)((nr + 3) / 4) * nch * sizeof *P); /* pad rows and blocks contribute 0 */
+    for (int r = 0; r < nr; r++) {
+        const int e = r % 4;
+        for (int b = 0; b < nbk; b++) {
+            q4prep *pp = P + (r / 4) * nch + b / 4;
+            const int bb = b % 4;
+            __m512i v0, v1;
+            const float dq = quant32(q + (size_t)r * hd + KVQ_QK * b, &v0, &v1);
+            _mm_storeu_si128((__m128i *)(pp->lo[e] + 16 * bb), _mm512_cvtepi32_epi8(v0));
+            _mm_storeu_si128((__m128i *)(pp->hi[e] + 16 * bb), _mm512_cvtepi32_epi8(v1));
+            const __m512i sum = _mm512_add_epi32(v0, v1);
+            pp->c[4 * bb + e] = 8 * _mm512_reduce_add_epi32(sum);
+            pp->dq[4 * bb + e] = dq;
+            int32_t lanes[16];
+            _mm512_storeu_si512(lanes, sum);
+            for (int l = 0; l < 4; l++) {
+                pp->nc[e][4 * bb + l] = -8 * (lanes[4 * l] + lanes[4 * l + 1] + lanes[4 * l + 2] + lanes[4 * l + 3]);
+                pp->dql[e][4 * bb + l] = dq;
+            }
+        }
+    }
+}
+
+/* Nibbles of one 72-byte chunk (4 blocks) as lo (values j) and hi (values
+ * j+16) bytes, block b at bytes 16b.., and the K scales with lane l -> block l/4. */
+AI void q4_load(const uint8_t *cp, int nb, __m512i *lo, __m512i *hi, __m512 *dk) {
+    /* Words of a chunk: block b = 9 words (scale, then 8 of nibbles).
+     * A = bytes 0..63, B = bytes 8..71 (word w of the chunk is word w-4 of B). */
+    static const uint16_t nib_words[32] = {1,  2,  3,  4,  5,  6,  7,  8,  10, 11, 12, 13, 14, 15, 16, 17,
+                                           19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 60, 61, 62, 63};
+    static const uint16_t d_words[32] = {0, 0, 0, 0, 9, 9, 9, 9, 18, 18, 18, 18, 27, 27, 27, 27};
+    __m512i A, B;
+    if (nb == 4) {
+        A = _mm512_loadu_si512(cp);
+        B = _mm512_loadu_si512(cp + 8);
+    } else { /* short last chunk: absent blocks read as 0 (and have q = 0) */
+        A = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (nb * 18)) - 1), cp);
+        B = _mm512_setzero_si512();
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i nib = _mm512_permutex2var_epi16(A, _mm512_loadu_si512(nib_words), B);
+    *lo = _mm512_and_si512(nib, m4);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(nib, 4), m4);
+    *dk = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(d_words), A)));
+}
+
+/* Folds 4 rows' int32 lane sums so that 128-bit lane L, element e = row e's
+ * sum over lane L, and accumulates them scaled: za += (Σ - c) · dk · dq
+ * (c may be NULL: correction already in the sums). */
+AI __m512 fold4(const __m512i *d, const int32_t *c, const float *dq, __m512 dk, __m512 za) {
+    const __m512i x = _mm512_add_epi32(SHUF_I(d[0], d[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                       SHUF_I(d[0], d[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512i y = _mm512_add_epi32(SHUF_I(d[2], d[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                       SHUF_I(d[2], d[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512i z = _mm512_add_epi32(SHUF_I(x, y, _MM_SHUFFLE(2, 0, 2, 0)), SHUF_I(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+    if (c) z = _mm512_sub_epi32(z, _mm512_load_si512(c));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(z), _mm512_mul_ps(dk, _mm512_load_ps(dq)), za);
+}
+
+/* VNNI: acc + Σ of four u8·s8 products per int32 lane. */
+#define DPBUSD(acc, u, s) _mm512_dpbusd_epi32(acc, u, _mm512_load_si512(s))
+
+/* int32 lane sums of row e: maddubs pairs, lo+hi fits int16 (≤ 4·15·127), madd widens. */
+AI __m512i q4_dot_bw(__m512i lo, __m512i hi, const q4prep *G, int e) {
+    return _mm512_madd_epi16(_mm512_add_epi16(_mm512_maddubs_epi16(lo, _mm512_load_si512(G->lo[e])),
+                                              _mm512_maddubs_epi16(hi, _mm512_load_si512(G->hi[e]))),
+                             _mm512_set1_epi16(1));
+}
+
+/* 4 rows × one K row: 128-bit lane b, element e = row e's partial (summed over lanes later). */
+AI __m512 q4_dot4(const uint8_t *row, const q4prep *G, int nbk) {
+    __m512 za = _mm512_setzero_ps();
+    for (int c = 0; c * 4 < nbk; c++, G++) {
+        __m512i lo, hi, d[4];
+        __m512 dk;
+        q4_load(row + (size_t)c * 4 * sizeof(kvq_block_q4), nbk - 4 * c >= 4 ? 4 : nbk - 4 * c, &lo, &hi, &dk);
+        for (int e = 0; e < 4; e++) d[e] = q4_dot_bw(lo, hi, G, e);
+        za = fold4(d, G->c, G->dq, dk, za);
+    }
+    return za;
+}
+
+/* 1 row × one K row: 16 lanes to be summed. */
+AI __m512 q4_dot1(const uint8_t *row, const q4prep *G, int nbk) {
+    __m512 za = _mm512_setzero_ps();
+    for (int c = 0; c * 4 < nbk; c++, G++) {
+        __m512i lo, hi;
+        __m512 dk;
+        q4_load(row + (size_t)c * 4 * sizeof(kvq_block_q4), nbk - 4 * c >= 4 ? 4 : nbk - 4 * c, &lo, &hi, &dk);
+        const __m512i d = _mm512_add_epi32(q4_dot_bw(lo, hi, G, 0), _mm512_load_si512(G->nc[0]));
+        za = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dk, _mm512_load_ps(G->dql[0])), za);
+    }
+    return za;
+}
+
+#define VNNI __attribute__((target("avx512vnni")))
+
+/* Same with vpdpbusd (u8 × s8 summed in int32, no int16 step), the +8
+ * correction preloaded as the accumulator. */
+VNNI static inline __attribute__((always_inline)) __m512 q4_dot4_vnni(const uint8_t *row, const q4prep *G, int nbk) {
+    __m512 za = _mm512_setzero_ps();
+    for (int c = 0; c * 4 < nbk; c++, G++) {
+        __m512i lo, hi, d[4];
+        __m512 dk;
+        q4_load(row + (size_t)c * 4 * sizeof(kvq_block_q4), nbk - 4 * c >= 4 ? 4 : nbk - 4 * c, &lo, &hi, &dk);
+        for (int e = 0; e < 4; e++) d[e] = DPBUSD(DPBUSD(_mm512_load_si512(G->nc[e]), lo, G->lo[e]), hi, G->hi[e]);
+        za = fold4(d, NULL, G->dq, dk, za);
+    }
+    return za;
+}
+
+VNNI static inline __attribute__((always_inline)) __m512 q4_dot1_vnni(const uint8_t *row, const q4prep *G, int nbk) {
+    __m512 za = _mm512_setzero_ps();
+    for (int c = 0; c * 4 < nbk; c++, G++) {
+        __m512i lo, hi;
+        __m512 dk;
+        q4_load(row + (size_t)c * 4 * sizeof(kvq_block_q4), nbk - 4 * c >= 4 ? 4 : nbk - 4 * c, &lo, &hi, &dk);
+        const __m512i d = DPBUSD(DPBUSD(_mm512_load_si512(G->nc[0]), lo, G->lo[0]), hi, G->hi[0]);
+        za = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dk, _mm512_load_ps(G->dql[0])), za);
+    }
+    return za;
+}
+
+/* Sums over 128-bit lanes for four positions at once (lane k of the result =
+ * position j0+k, element e = row e) and stores the scores of ne rows. */
+AI void q4_store4(const __m512 *z, int np, int j0, int ne, float *sg) {
+    const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m512 u01 = _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
+    w = _mm512_permutexvar_ps(tr, w); /* w[4k + e] -> [4e + k] */
+    const __mmask8 sm = np - j0 >= 4 ? 0xF : (__mmask8)((1u << (np - j0)) - 1);
+    _mm_mask_storeu_ps(sg + j0, sm, _mm512_castps512_ps128(w));
+    if (ne > 1) _mm_mask_storeu_ps(sg + BP + j0, sm, _mm512_extractf32x4_ps(w, 1));
+    if (ne > 2) _mm_mask_storeu_ps(sg + 2 * BP + j0, sm, _mm512_extractf32x4_ps(w, 2));
+    if (ne > 3) _mm_mask_storeu_ps(sg + 3 * BP + j0, sm, _mm512_extractf32x4_ps(w, 3));
+}
+
+/* Groups of 4 rows, 4 positions per step; a last group of one row (GQA 1 decode)
+ * goes 16 positions per step instead of padding to 4 rows. */
+#define QK_INT_BODY(PREP, DOT4, DOT1, NCH)                                                        \
+    const int nbk = hd / KVQ_QK, nch = NCH;                                                     \
+    for (int g = 0; g * 4 < nr; g++) {                                                          \
+        const PREP *G = P + (size_t)g * nch;                                                    \
+        const int ne = nr - 4 * g < 4 ? nr - 4 * g : 4;                                         \
+        float *sg = s + 4 * g * BP;                                                             \
+        if (ne == 1) {                                                                          \
+            for (int j0 = 0; j0 < np; j0 += 16) {                                               \
+                __m512 z[16];                                                                   \
+                for (int i = 0; i < 16; i++) {                                                  \
+                    const uint8_t *row = k + (size_t)(j0 + i < np ? j0 + i : np - 1) * rb;      \
+                    if (g == 0) kvq_attn_prefetch_row(row, rb);                                 \
+                    z[i] = DOT1(row, G, nbk);                                                   \
+                }                                                                               \
+                float t[16];                                                                    \
+                reduce16(z, t);                                                                 \
+                for (int i = 0; i < 16 && j0 + i < np; i++) sg[j0 + i] = t[i];                  \
+            }                                                                                   \
+            continue;                                                                           \
+        }                                                                                       \
+        for (int j0 = 0; j0 < np; j0 += 4) {                                                    \
+            __m512 z[4];                                                                        \
+            for (int i = 0; i < 4; i++) {                                                       \
+                const uint8_t *row = k + (size_t)(j0 + i < np ? j0 + i : np - 1) * rb;          \
+                if (g == 0) kvq_attn_prefetch_row(row, rb);                                     \
+                z[i] = DOT4(row, G, nbk);                                                       \
+            }                                                                                   \
+            q4_store4(z, np, j0, ne, sg);                                                       \
+        }                                                                                       \
+    }
+
+static void qk_q4(const uint8_t *k, size_t rb, int np, const q4prep *P, int nr, int hd, float *s) {
+    QK_INT_BODY(q4prep, q4_dot4, q4_dot1, (hd / KVQ_QK + 3) / 4)
+}
+
+VNNI static void qk_q4_vnni(const uint8_t *k, size_t rb, int np, const q4prep *P, int nr, int hd, float *s) {
+    QK_INT_BODY(q4prep, q4_dot4_vnni, q4_dot1_vnni, (hd / KVQ_QK + 3) / 4)
+}
+
+static int g_vnni = -1;
+
+int kvq_attn_avx512_set_vnni(int on) {
+    __builtin_cpu_init();
+    const int prev = g_vnni < 0 ? __builtin_cpu_supports("avx512vnni") != 0 : g_vnni;
+    __atomic_store_n(&g_vnni, on && __builtin_cpu_supports("avx512vnni"), __ATOMIC_RELAXED);
+    return prev;
+}
+
+static int use_vnni(void) {
+    int v = __atomic_load_n(&g_vnni, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512vnni") != 0;
+        __atomic_store_n(&g_vnni, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+/* ---- q·k, q8 K with VNNI: int8 queries, vpdpbusd ---- */
+
+/* One group of 4 query rows × one chunk of 2 K blocks (64 values, natural
+ * order; int32 lane l covers block l/8). K bytes are flipped to unsigned
+ * (k+128) for vpdpbusd; nc[e][l] = -128·Σq of lane l's four values removes
+ * that again. dq[4L+e] = scale of row e's block L/2 (the fold's layout),
+ * dql[e][l] = scale of block l/8 (one row alone). */
+typedef struct {
+    int8_t q[4][64];
+    int32_t nc[4][16];
+    float dq[16];
+    float dql[4][16];
+} q8prep;
+
+static void q8_prep(const float *q, int nr, int hd, void *prep) {
+    const int nbk = hd / KVQ_QK, nch = (nbk + 1) / 2;
+    q8prep *P = prep;
+    memset(P, 0, (size_t)((nr + 3) / 4) * nch * sizeof *P);
+    for (int r = 0; r < nr; r++) {
+        const int e = r % 4;
+        for (int b = 0; b < nbk; b++) {
+            q8prep *pp = P + (r / 4) * nch + b / 2;
+            const int bb = b % 2;
+            __m512i v0, v1;
+            const float dq = quant32(q + (size_t)r * hd + KVQ_QK * b, &v0, &v1);
+            _mm_storeu_si128((__m128i *)(pp->q[e] + 32 * bb), _mm512_cvtepi32_epi8(v0));
+            _mm_storeu_si128((__m128i *)(pp->q[e] + 32 * bb + 16), _mm512_cvtepi32_epi8(v1));
+            int32_t lanes[32];
+            _mm512_storeu_si512(lanes, v0);
+            _mm512_storeu_si512(lanes + 16, v1);
+            for (int l = 0; l < 8; l++) {
+                pp->nc[e][8 * bb + l] = -128 * (lanes[4 * l] + lanes[4 * l + 1] + lanes[4 * l + 2] + lanes[4 * l + 3]);
+                pp->dql[e][8 * bb + l] = dq;
+            }
+            pp->dq[4 * (2 * bb) + e] = pp->dq[4 * (2 * bb + 1) + e] = dq;
+        }
+    }
+}
+
+/* Values of one 68-byte chunk (2 blocks) as unsigned k+128, and the K scales with lane l -> block l/8. */
+AI void q8_load(const uint8_t *cp, int nb, __m512i *ku, __m512 *dk) {
+    /* Words: block b = 17 words (scale, then 16 of values). A = bytes 0..63,
+     * B = bytes 4..67 (word w of the chunk is word w-2 of B). */
+    static const uint16_t val_words[32] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
+                                           18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 62, 63};
+    static const uint16_t d_words[32] = {0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 17, 17, 17};
+    __m512i A, B;
+    if (nb == 2) {
+        A = _mm512_loadu_si512(cp);
+        B = _mm512_loadu_si512(cp + 4);
+    } else { /* a lone last block: the absent one reads as 0 (its q is 0 too) */
+        A = _mm512_maskz_loadu_epi8((__mmask64)((1ull << 34) - 1), cp);
+        B = _mm512_setzero_si512();
+    }
+    const __m512i k = _mm512_permutex2var_epi16(A, _mm512_loadu_si512(val_words), B);
+    *ku = _mm512_xor_si512(k, _mm512_set1_epi8((char)0x80));
+    *dk = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(d_words), A)));
+}
+
+VNNI static inline __attribute__((always_inline)) __m512 q8_dot4_vnni(const uint8_t *row, const q8prep *G, int nbk) {
+    __m512 za = _mm512_setzero_ps();
+    for (int c = 0; c * 2 < nbk; c++, G++) {
+        __m512i ku, d[4];
+        __m512 dk;
+        q8_load(row + (size_t)c * 2 * sizeof(kvq_block_q8), nbk - 2 * c >= 2 ? 2 : 1, &ku, &dk);
+        for (int e = 0; e < 4; e++) d[e] = DPBUSD(_mm512_load_si512(G->nc[e]), ku, G->q[e]);
+        za = fold4(d, NULL, G->dq, dk, za);
+    }
+    return za;
+}
+
+VNNI static inline __attribute__((always_inline)) __m512 q8_dot1_vnni(const uint8_t *row, const q8prep *G, int nbk) {
+    __m512 za = _mm512_setzero_ps();
+    for (int c = 0; c * 2 < nbk; c++, G++) {
+        __m512i ku;
+        __m512 dk;
+        q8_load(row + (size_t)c * 2 * sizeof(kvq_block_q8), nbk - 2 * c >= 2 ? 2 : 1, &ku, &dk);
+        const __m512i d = DPBUSD(_mm512_load_si512(G->nc[0]), ku, G->q[0]);
+        za = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dk, _mm512_load_ps(G->dql[0])), za);
+    }
+    return za;
+}
+
+VNNI static void qk_q8_vnni(const uint8_t *k, size_t rb, int np, const q8prep *P, int nr, int hd, float *s) {
+    QK_INT_BODY(q8prep, q8_dot4_vnni, q8_dot1_vnni, (hd / KVQ_QK + 1) / 2)
+}
+
+static size_t q_prep_bytes(kvq_cache_type tk, int nr, int hd) {
+    const size_t groups = (size_t)((nr + 3) / 4), nbk = (size_t)(hd / KVQ_QK);
+    if (tk == KVQ_CACHE_Q4) return groups * ((nbk + 3) / 4) * sizeof(q4prep);
+    if (tk == KVQ_CACHE_Q8 && use_vnni()) return groups * ((nbk + 1) / 2) * sizeof(q8prep);
+    return 0;
+}
+
+static void q_prep(kvq_cache_type tk, const float *q, int nr, int hd, void *prep) {
+    if (tk == KVQ_CACHE_Q4) q4_prep(q, nr, hd, prep);
+    if (tk == KVQ_CACHE_Q8 && use_vnni()) q8_prep(q, nr, hd, prep);
+}
+
+static unsigned int8_q(void) { return 1u << KVQ_CACHE_Q4 | (unsigned)use_vnni() << KVQ_CACHE_Q8; }
+
+static void qk(kvq_cache_type tk, const uint8_t *k, size_t rb, int np, const float *q, const void *prep, int nr,
+               int hd, float *s) {
+    switch (tk) {
+    case KVQ_CACHE_F32: qkf_t(k, rb, np, q, nr, hd, s, KVQ_CACHE_F32); break;
+    case KVQ_CACHE_F16: qkf_t(k, rb, np, q, nr, hd, s, KVQ_CACHE_F16); break;
+    case KVQ_CACHE_Q8:
+        if (use_vnni())
+            qk_q8_vnni(k, rb, np, prep, nr, hd, s);
+        else
+            qkf_t(k, rb, np, q, nr, hd, s, KVQ_CACHE_Q8);
+        break;
+    case KVQ_CACHE_Q4:
+        if (use_vnni())
+            qk_q4_vnni(k, rb, np, prep, nr, hd, s);
+        else
+            qk_q4(k, rb, np, prep, nr, hd, s);
+        break;
+    }
+}
+
+/* ---- V accumulation ---- */
+
+/* acc rows += Σ_j weight · v_j for NH rows and G×16 columns from chunk c0.
+ * The weight of row h, chunk c0+g, position j is W[((g/2)*NH + h)*BP + j]
+ * for q8/q4 (block scale folded in, see av_group) and W[h*BP + j] otherwise:
+ * constant offsets from one moving pointer. */
+AI void av_tile(const uint8_t *v, size_t rb, int np, const float *W, float *acc, int hd, int c0, int pf,
+                const int NH, const int G, const int t) {
+    const __m512 lut = q4_lut();
+    const int q = t == KVQ_CACHE_Q8 || t == KVQ_CACHE_Q4;
+    __m512 a[16];
+    for (int h = 0; h < NH; h++)
+        for (int g = 0; g < G; g++) a[h * G + g] = _mm512_loadu_ps(acc + (size_t)h * hd + 16 * (c0 + g));
+    /* c0 is even, so chunk c0+g of a row is chunk g counted from here: constant offsets */
+    const uint8_t *row = v + chunk_offset(c0, t);
+    for (int j = 0; j < np; j++, row += rb, W++) {
+        if (pf) kvq_attn_prefetch_row(row, rb);
+        __m512 x[8];
+        for (int g = 0; g < G; g++) x[g] = ld16(row, g, t, lut);
+        for (int h = 0; h < NH; h++)
+            for (int g = 0; g < G; g++)
+                a[h * G + g] = _mm512_fmadd_ps(x[g], _mm512_set1_ps(W[(q ? (g >> 1) * NH + h : h) * BP]), a[h * G + g]);
+    }
+    for (int h = 0; h < NH; h++)
+        for (int g = 0; g < G; g++) _mm512_storeu_ps(acc + (size_t)h * hd + 16 * (c0 + g), a[h * G + g]);
+}
+
+AI void av_rows(const uint8_t *v, size_t rb, int np, const float *W, float *acc, int hd, int pf, const int NH,
+                const int t) {
+    const int nch = hd / 16; /* even: hd is a multiple of 32 */
+    const int q = t == KVQ_CACHE_Q8 || t == KVQ_CACHE_Q4;
+    int c0 = 0;
+#define AV_TILE(G) av_tile(v, rb, np, q ? W + (c0 >> 1) * NH * BP : W, acc, hd, c0, pf && c0 == 0, NH, G, t)
+    if (NH <= 2)
+        for (; nch - c0 >= 8; c0 += 8) AV_TILE(8);
+    if (NH <= 4)
+        for (; nch - c0 >= 4; c0 += 4) AV_TILE(4);
+    for (; c0 < nch; c0 += 2) AV_TILE(2);
+#undef AV_TILE
+}
+
+/* NH rows from w: for q8/q4, WD[(b*NH + h)*BP + j] = w[h][j] · scale of block b of row j. */
+AI void av_group(const uint8_t *v, size_t rb, int np, const float *w, int hd, float *acc, const float *D, float *WD,
+                 int pf, const int NH, const int t) {
+    if (t == KVQ_CACHE_F32 || t == KVQ_CACHE_F16) {
+        av_rows(v, rb, np, w, acc, hd, pf, NH, t);
+        return;
+    }
+    for (int b = 0; b < hd / KVQ_QK; b++)
+        for (int h = 0; h < NH; h++)
+            for (int j = 0; j < np; j += 16) {
+                const __mmask16 m = np - j >= 16 ? 0xFFFF : (__mmask16)((1u << (np - j)) - 1);
+                const __m512 x = _mm512_maskz_loadu_ps(m, w + h * BP + j), d = _mm512_maskz_loadu_ps(m, D + b * BP + j);
+                _mm512_storeu_ps(WD + (b * NH + h) * BP + j, _mm512_mul_ps(x, d));
+            }
+    av_rows(v, rb, np, WD, acc, hd, pf, NH, t);
+}
+
+AI void av_t(const uint8_t *v, size_t rb, int np, const float *w, int nr, int hd, float *acc, const int t) {
+    float D[NB_MAX * BP], WD[8 * NB_MAX * BP];
+    if (t == KVQ_CACHE_Q8 || t == KVQ_CACHE_Q4) gather_scales(v, rb, np, hd / KVQ_QK, block_bytes(t), D);
+    int r = 0;
+    for (; nr - r >= 8; r += 8) av_group(v, rb, np, w + r * BP, hd, acc + (size_t)r * hd, D, WD, r == 0, 8, t);
+    if (nr - r >= 4) {
+        av_group(v, rb, np, w + r * BP, hd, acc + (size_t)r * hd, D, WD, r == 0, 4, t);
+        r += 4;
+    }
+    if (nr - r >= 2) {
+        av_group(v, rb, np, w + r * BP, hd, acc + (size_t)r * hd, D, WD, r == 0, 2, t);
+        r += 2;
+    }
+    if (nr - r >= 1) av_group(v, rb, np, w + r * BP, hd, acc + (size_t)r * hd, D, WD, r == 0, 1, t);
+}
+
+static void av(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const float *w, int nr, int hd, float *acc) {
+    switch (tv) {
+    case KVQ_CACHE_F32: av_t(v, rb, np, w, nr, hd, acc, KVQ_CACHE_F32); break;
+    case KVQ_CACHE_F16: av_t(v, rb, np, w, nr, hd, acc, KVQ_CACHE_F16); break;
+    case KVQ_CACHE_Q8: av_t(v, rb, np, w, nr, hd, acc, KVQ_CACHE_Q8); break;
+    case KVQ_CACHE_Q4: av_t(v, rb, np, w, nr, hd, acc, KVQ_CACHE_Q4); break;
+    }
+}
+
+/* ---- softmax helpers ---- */
+
+/* exp(x) for x <= 0: 2^n · p(r), |r| <= ln2/2, degree-6 Taylor (rel. error ~2e-7); x < -87 gives 0. */
+AI __m512 exp16(__m512 x) {
+    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
+}
+
+static float exp_sum(float *x, int n, float m) {
+    __m512 sum = _mm512_setzero_ps(), mv = _mm512_set1_ps(m);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv)));
+        _mm512_mask_storeu_ps(x + i, k, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
+static float vmax(const float *x, int n) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        m = _mm512_mask_max_ps(m, k, m, _mm512_maskz_loadu_ps(k, x + i));
+    }
+    return _mm512_reduce_max_ps(m);
+}
+
+const kvq_attn_kernels kvq_attn_avx512 = {
+    .q_prep_bytes = q_prep_bytes,
+    .q_prep = q_prep,
+    .qk = qk,
+    .av = av,
+    .exp_sum = exp_sum,
+    .max = vmax,
+    .int8_q = int8_q,
+};

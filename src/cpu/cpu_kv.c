@@ -1,0 +1,337 @@
+/* Quantized KV cache on the CPU: storing rows, and the fused attention driver.
+ *
+ * The driver splits one attention call into work items (KV head g, tile of
+ * queries, chunk of positions). An item owns all query heads of g's GQA group
+ * for its queries, so each K/V row is streamed from memory once per group; it
+ * walks its positions in blocks of KVQ_ATTN_BP with an online softmax (running
+ * max m, sum l, unnormalised output acc per query row), calling the per-ISA
+ * kernels (cpu_attn_impl.h) for q·k, exp and V accumulation. When there are
+ * too few (head, tile) items to keep every thread busy — long contexts with
+ * few KV heads — the positions are split into chunks (split-K) whose partial
+ * (m, l, acc) are merged afterwards. Rotation: q is rotated once per item
+ * when K is stored rotated, the output un-rotated once when V is. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cpu/cpu_attn_impl.h"
+#include "cpu/cpu_kernels.h"
+#include "util.h"
+
+/* ---- store (must match kvq_ref_kv_store_row byte for byte) ---- */
+
+/* Same butterfly order and normalisation as kvq_ref_hadamard, so results are
+ * bit-identical (adds/subs are exact-order IEEE ops; no contraction possible). */
+static void hadamard(float *x, int n) {
+    if (n <= 0 || (n & (n - 1))) abort(); /* rotation needs a power-of-two head_dim (kv_new rejects others) */
+    for (int len = 1; len < n; len <<= 1)
+        for (int i = 0; i < n; i += 2 * len)
+            for (int j = i; j < i + len; j++) {
+                float a = x[j], b = x[j + len];
+                x[j] = a + b;
+                x[j + len] = a - b;
+            }
+    float s = 1.0f / sqrtf((float)n);
+    for (int i = 0; i < n; i++) x[i] *= s;
+}
+
+/* roundf (half away from zero), fmaxf and fminf without libm calls, exact
+ * for the finite values a cache row holds, so the bytes match the reference. */
+static inline float round_away(float x) {
+    const float t = (float)(int)x; /* |x| <= 127.5 here: exact truncation */
+    const float f = x - t;         /* exact */
+    return f >= 0.5f ? t + 1.0f : f <= -0.5f ? t - 1.0f : t;
+}
+static inline float clampf(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+static float scale_f16(float d, uint16_t *dh) {
+    d = clampf(d, -65504.0f, 65504.0f);
+    *dh = kvq_f32_to_f16(d);
+    return kvq_f16_to_f32(*dh);
+}
+
+static void store_q8(const float *x, uint8_t *out) {
+    float amax = 0.0f;
+    for (int j = 0; j < KVQ_QK; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    uint16_t dh;
+    float d = scale_f16(amax / 127.0f, &dh);
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    memcpy(out, &dh, 2);
+    for (int j = 0; j < KVQ_QK; j++) out[2 + j] = (uint8_t)(int8_t)round_away(clampf(x[j] * id, -127.0f, 127.0f));
+}
+
+static void store_q4(const float *x, uint8_t *out) {
+    float amax = 0.0f, m = 0.0f;
+    for (int j = 0; j < KVQ_QK; j++)
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            m = x[j];
+        }
+    uint16_t dh;
+    float d = scale_f16(m / -8.0f, &dh);
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    memcpy(out, &dh, 2);
+    for (int j = 0; j < KVQ_QK / 2; j++) {
+        /* clamping before rounding is the same as after: the bounds are integers */
+        int lo = (int)round_away(clampf(x[j] * id, -8.0f, 7.0f)) + 8;
+        int hi = (int)round_away(clampf(x[j + KVQ_QK / 2] * id, -8.0f, 7.0f)) + 8;
+        out[2 + j] = (uint8_t)(lo | hi << 4);
+    }
+}
+
+void kvq_cpu_kv_store_row(kvq_cache_type t, int rotate, const float *x, void *row, int head_dim) {
+    float stackbuf[512];
+    float *tmp = head_dim <= 512 ? stackbuf : malloc((size_t)head_dim * sizeof *tmp);
+    if (!tmp) abort();
+    memcpy(tmp, x, (size_t)head_dim * sizeof *tmp);
+    if (rotate) hadamard(tmp, head_dim);
+    uint8_t *out = row;
+    switch (t) {
+    case KVQ_CACHE_F32: memcpy(out, tmp, (size_t)head_dim * 4); break;
+    case KVQ_CACHE_F16:
+        for (int i = 0; i < head_dim; i++) {
+            uint16_t h = kvq_f32_to_f16(tmp[i]);
+            memcpy(out + 2 * i, &h, 2);
+        }
+        break;
+    case KVQ_CACHE_Q8:
+        for (int b = 0; b < head_dim / KVQ_QK; b++) store_q8(tmp + b * KVQ_QK, out + b * sizeof(kvq_block_q8));
+        break;
+    case KVQ_CACHE_Q4:
+        for (int b = 0; b < head_dim / KVQ_QK; b++) store_q4(tmp + b * KVQ_QK, out + b * sizeof(kvq_block_q4));
+        break;
+    }
+    if (tmp != stackbuf) free(tmp);
+}
+
+/* ---- attention driver ---- */
+
+const kvq_attn_kernels *kvq_attn_kernels_for(int isa) {
+    switch (isa) {
+#if defined(__x86_64__)
+    case KVQ_ISA_AVX2: return &kvq_attn_avx2;
+    case KVQ_ISA_AVX512: return &kvq_attn_avx512;
+#endif
+#if defined(__aarch64__)
+    case KVQ_ISA_NEON: return &kvq_attn_neon;
+#endif
+    default: return &kvq_attn_scalar;
+    }
+}
+
+enum {
+    ROWS_MAX = 16,   /* query rows per item when tiling prompt queries */
+    MIN_SPLIT = 256, /* fewest positions worth a split-K chunk of their own */
+};
+
+typedef struct {
+    const kvq_cpu_attn_args *args;
+    const kvq_attn_kernels *kern;
+    const float *q;
+    float *out;
+    int pos0, n, n_rep, qt, n_tiles, n_split, rows_max;
+    size_t kb, vb, prep_bytes;
+    float *part; /* n_split > 1: per item, rows_max × (m, l, acc[hd]) */
+} plan;
+
+typedef struct {
+    float *q, *s, *acc, *m, *l;
+    void *prep;
+} scratch;
+
+/* First position query i (0-based in this call) may see. */
+static int first_visible(const plan *p, int i) {
+    int pos = p->pos0 + i, w = p->args->a.window;
+    return w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0;
+}
+
+static float *out_row(const plan *p, int g, int i, int j) {
+    const kvq_attn_desc *a = &p->args->a;
+    return p->out + ((size_t)i * a->n_head + (size_t)g * p->n_rep + j) * a->head_dim;
+}
+
+static void finish_row(const plan *p, const float *acc, float l, float *o) {
+    const int hd = p->args->a.head_dim;
+    float il = 1.0f / l;
+    for (int x = 0; x < hd; x++) o[x] = acc[x] * il;
+    if (p->args->rotate_v) hadamard(o, hd);
+}
+
+/* Online softmax over positions [c0, c1) for the rows of (KV head g, query tile t). */
+static void run_item(const plan *p, scratch *sc, int g, int t, int c0, int c1, float *part) {
+    const kvq_cpu_attn_args *A = p->args;
+    const int hd = A->a.head_dim, n_rep = p->n_rep;
+    const int i0 = t * p->qt, nq = p->n - i0 < p->qt ? p->n - i0 : p->qt, nr = nq * n_rep;
+    for (int qi = 0; qi < nq; qi++)
+        for (int j = 0; j < n_rep; j++) {
+            const float *src = p->q + ((size_t)(i0 + qi) * A->a.n_head + (size_t)g * n_rep + j) * hd;
+            float *dst = sc->q + (size_t)(qi * n_rep + j) * hd;
+            for (int x = 0; x < hd; x++) dst[x] = src[x] * A->a.scale;
+            if (A->rotate_k) hadamard(dst, hd);
+        }
+    if (p->prep_bytes) p->kern->q_prep(A->type_k, sc->q, nr, hd, sc->prep);
+    for (int r = 0; r < nr; r++) {
+        sc->m[r] = -INFINITY;
+        sc->l[r] = 0.0f;
+    }
+    memset(sc->acc, 0, (size_t)nr * hd * sizeof(float));
+    const uint8_t *kbase = A->k + (size_t)g * A->n_ctx * p->kb, *vbase = A->v + (size_t)g * A->n_ctx * p->vb;
+
+    for (int b0 = c0; b0 < c1; b0 += KVQ_ATTN_BP) {
+        const int np = c1 - b0 < KVQ_ATTN_BP ? c1 - b0 : KVQ_ATTN_BP;
+        p->kern->qk(A->type_k, kbase + (size_t)b0 * p->kb, p->kb, np, sc->q, sc->prep, nr, hd, sc->s);
+        /* Rows of a prompt tile see different ranges (causal, window): mask per row. */
+        for (int r = 0; r < nr; r++) {
+            const int i = i0 + r / n_rep;
+            float *s = sc->s + (size_t)r * KVQ_ATTN_BP;
+            int x0 = first_visible(p, i) - b0, x1 = p->pos0 + i - b0;
+            if (x0 < 0) x0 = 0;
+            if (x1 > np - 1) x1 = np - 1;
+            if (x0 > x1) {
+                memset(s, 0, (size_t)np * sizeof *s);
+                continue;
+            }
+            for (int x = 0; x < x0; x++) s[x] = -INFINITY;
+            for (int x = x1 + 1; x < np; x++) s[x] = -INFINITY;
+            float bm = p->kern->max(s + x0, x1 - x0 + 1);
+            if (bm > sc->m[r]) {
+                if (sc->l[r] > 0.0f) { /* rescale what was accumulated under the old max */
+                    float f = expf(sc->m[r] - bm);
+                    float *acc = sc->acc + (size_t)r * hd;
+                    for (int x = 0; x < hd; x++) acc[x] *= f;
+                    sc->l[r] *= f;
+                }
+                sc->m[r] = bm;
+            }
+            sc->l[r] += p->kern->exp_sum(s, np, sc->m[r]);
+        }
+        p->kern->av(A->type_v, vbase + (size_t)b0 * p->vb, p->vb, np, sc->s, nr, hd, sc->acc);
+    }
+
+    for (int r = 0; r < nr; r++) {
+        const float *acc = sc->acc + (size_t)r * hd;
+        if (part) {
+            float *pr = part + (size_t)r * (hd + 2);
+            pr[0] = sc->m[r];
+            pr[1] = sc->l[r];
+            memcpy(pr + 2, acc, (size_t)hd * sizeof *acc);
+        } else {
+            finish_row(p, acc, sc->l[r], out_row(p, g, i0 + r / n_rep, r % n_rep));
+        }
+    }
+}
+
+/* Combines the split-K partials of (g, t): rescale each chunk to the common max. */
+static void merge_group(const plan *p, int g, int t, float *tmp) {
+    const int hd = p->args->a.head_dim, i0 = t * p->qt;
+    const int nq = p->n - i0 < p->qt ? p->n - i0 : p->qt, nr = nq * p->n_rep;
+    const size_t item0 = ((size_t)g * p->n_tiles + t) * p->n_split, stride = (size_t)p->rows_max * (hd + 2);
+    for (int r = 0; r < nr; r++) {
+        float M = -INFINITY, L = 0.0f;
+        for (int c = 0; c < p->n_split; c++) {
+            float m = p->part[(item0 + c) * stride + (size_t)r * (hd + 2)];
+            M = m > M ? m : M;
+        }
+        memset(tmp, 0, (size_t)hd * sizeof *tmp);
+        for (int c = 0; c < p->n_split; c++) {
+            const float *pr = p->part + (item0 + c) * stride + (size_t)r * (hd + 2);
+            if (pr[1] == 0.0f) continue; /* chunk saw none of this row's positions */
+            float f = expf(pr[0] - M);
+            L += pr[1] * f;
+            for (int x = 0; x < hd; x++) tmp[x] += pr[2 + x] * f;
+        }
+        finish_row(p, tmp, L, out_row(p, g, i0 + r / p->n_rep, r % p->n_rep));
+    }
+}
+
+static int scratch_init(const plan *p, scratch *sc) {
+    const size_t hd = (size_t)p->args->a.head_dim, R = (size_t)p->rows_max;
+    sc->q = kvq_alloc_aligned(R * hd * sizeof(float));
+    sc->acc = kvq_alloc_aligned(R * hd * sizeof(float));
+    sc->s = kvq_alloc_aligned(R * KVQ_ATTN_BP * sizeof(float));
+    sc->m = kvq_alloc_aligned(2 * R * sizeof(float));
+    sc->prep = p->prep_bytes ? kvq_alloc_aligned(p->prep_bytes) : NULL;
+    sc->l = sc->m ? sc->m + R : NULL;
+    return sc->q && sc->acc && sc->s && sc->m && (sc->prep || !p->prep_bytes);
+}
+
+static void scratch_free(scratch *sc) {
+    kvq_free_aligned(sc->q);
+    kvq_free_aligned(sc->acc);
+    kvq_free_aligned(sc->s);
+    kvq_free_aligned(sc->m);
+    kvq_free_aligned(sc->prep);
+}
+
+void kvq_cpu_attention(const kvq_cpu_attn_args *args, const float *q, float *out, int pos0, int n, int n_threads) {
+    const kvq_attn_desc *a = &args->a;
+    if (n <= 0) return;
+    plan p = {.args = args, .q = q, .out = out, .pos0 = pos0, .n = n};
+    p.kern = kvq_attn_kernels_for(a->head_dim <= KVQ_ATTN_HD_MAX ? (int)kvq_cpu_isa() : KVQ_ISA_SCALAR);
+    p.n_rep = a->n_head / a->n_head_kv;
+    p.qt = p.n_rep >= ROWS_MAX ? 1 : ROWS_MAX / p.n_rep;
+    if (p.qt > n) p.qt = n;
+    p.rows_max = p.qt * p.n_rep;
+    p.n_tiles = (n + p.qt - 1) / p.qt;
+    p.kb = kvq_kv_row_bytes(args->type_k, a->head_dim);
+    p.vb = kvq_kv_row_bytes(args->type_v, a->head_dim);
+    p.prep_bytes = p.kern->q_prep_bytes ? p.kern->q_prep_bytes(args->type_k, p.rows_max, a->head_dim) : 0;
+
+    int nt = n_threads;
+#ifdef _OPENMP
+    if (nt <= 0) nt = omp_get_max_threads();
+#else
+    nt = 1;
+#endif
+    if (nt < 1) nt = 1;
+    /* Split-K only when (head, tile) items alone leave threads idle or badly
+     * balanced, and never into chunks too short to be worth a merge. */
+    const int groups = a->n_head_kv * p.n_tiles;
+    const int longest = pos0 + n - first_visible(&p, n - 1 - (n - 1) % p.qt);
+    p.n_split = 1;
+    if (nt > 1 && groups < 2 * nt) {
+        int want = (2 * nt + groups - 1) / groups, cap = longest / MIN_SPLIT;
+        p.n_split = want < cap ? want : cap;
+        if (p.n_split < 1) p.n_split = 1;
+    }
+    const int n_items = groups * p.n_split;
+    const size_t part_stride = (size_t)p.rows_max * (a->head_dim + 2);
+    if (p.n_split > 1) {
+        p.part = kvq_alloc_aligned((size_t)n_items * part_stride * sizeof(float));
+        if (!p.part) abort();
+    }
+    if (nt > n_items) nt = n_items;
+
+#pragma omp parallel num_threads(nt)
+    {
+        /* A few KB per thread: out of memory here is not recoverable (ops cannot fail). */
+        scratch sc;
+        if (!scratch_init(&p, &sc)) abort();
+#pragma omp for schedule(dynamic, 1)
+        for (int it = 0; it < n_items; it++) {
+            const int c = it % p.n_split, gt = it / p.n_split, g = gt / p.n_tiles, t = gt % p.n_tiles;
+            /* Positions the tile's rows see: [first of its first query, last query]. */
+            const int i0 = t * p.qt, i1 = (i0 + p.qt < n ? i0 + p.qt : n) - 1;
+            const int lo = first_visible(&p, i0), len = pos0 + i1 + 1 - lo;
+            const int c0 = lo + (int)((long long)len * c / p.n_split);
+            const int c1 = lo + (int)((long long)len * (c + 1) / p.n_split);
+            run_item(&p, &sc, g, t, c0, c1, p.part ? p.part + (size_t)it * part_stride : NULL);
+        }
+        scratch_free(&sc);
+    }
+
+    if (p.n_split > 1) {
+#pragma omp parallel num_threads(nt)
+        {
+            float *tmp = kvq_alloc_aligned((size_t)a->head_dim * sizeof(float));
+            if (!tmp) abort();
+#pragma omp for schedule(static)
+            for (int gt = 0; gt < groups; gt++) merge_group(&p, gt / p.n_tiles, gt % p.n_tiles, tmp);
+            kvq_free_aligned(tmp);
+        }
+        kvq_free_aligned(p.part);
+    }
+}

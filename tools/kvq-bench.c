@@ -1,0 +1,31 @@
+/* kvq-bench: micro-benchmarks of the CPU kernels against this machine's
+ * memory bandwidth. Each subcommand lives in tools/bench_<name>.c. */
+#include <stdio.h>
+#include <string.h>
+
+int kvq_bench_attn(int argc, char **argv);
+int kvq_bench_aqlm(int argc, char **argv);
+
+static const struct {
+    const char *name, *help;
+    int (*run)(int argc, char **argv);
+} CMDS[] = {
+    {"attn", "decode attention from f16/q8/q4 KV caches (tools/bench_attn.c)", kvq_bench_attn},
+    {"aqlm", "AQLM decode GEMV (tools/bench_aqlm.c)", kvq_bench_aqlm},
+};
+
+static int usage(FILE *f) {
+    fprintf(f, "usage: kvq-bench <subcommand> [options]   (kvq-bench <subcommand> --help for its options)\n"
+               "subcommands:\n");
+    for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++) fprintf(f, "  %-6s %s\n", CMDS[i].name, CMDS[i].help);
+    return f == stderr ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return usage(stderr);
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) return usage(stdout);
+    for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
+        if (!strcmp(argv[1], CMDS[i].name)) return CMDS[i].run(argc - 1, argv + 1); /* argv[0] = subcommand */
+    fprintf(stderr, "kvq-bench: unknown subcommand '%s'\n", argv[1]);
+    return usage(stderr);
+}
