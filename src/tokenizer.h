@@ -99,6 +99,8 @@ typedef struct {
 } tk_steps;
 
 void tk_steps_free(tk_steps *st);
+/* Appends a zeroed step of the given type; NULL when out of memory. */
+tk_step *tk_steps_add(tk_steps *st, int type);
 
 /* Parsers append to st; j may be NULL/null (nothing added). Errors name file. */
 kvq_status tk_parse_normalizer(const cJSON *j, const char *file, tk_steps *st);

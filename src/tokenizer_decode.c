@@ -28,20 +28,6 @@ static kvq_status dup_str(const char *v, char **dst, size_t *len, const char *fi
     return *dst ? KVQ_OK : kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", file);
 }
 
-static tk_step *add(tk_steps *st, int type) {
-    if (st->n == st->cap) {
-        int cap = st->cap ? st->cap * 2 : 8;
-        tk_step *s = realloc(st->s, (size_t)cap * sizeof *s);
-        if (!s) return NULL;
-        st->s = s;
-        st->cap = cap;
-    }
-    tk_step *s = &st->s[st->n++];
-    memset(s, 0, sizeof *s);
-    s->type = type;
-    return s;
-}
-
 /* A one-character string as a code point (-1 if it is not exactly one character). */
 static int32_t one_char(const char *s) {
     size_t n = strlen(s), adv;
@@ -68,7 +54,7 @@ static kvq_status parse_one(const cJSON *j, const char *file, tk_steps *st) {
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (!strcmp(ty, known[i].name)) type = known[i].type;
     if (type < 0) return kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: decoder type \"%.60s\" is not supported", file, ty);
-    tk_step *s = add(st, type);
+    tk_step *s = tk_steps_add(st, type);
     if (!s) return kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", file);
     if (type == TK_D_REPLACE) {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "pattern");
@@ -102,7 +88,7 @@ static kvq_status parse_one(const cJSON *j, const char *file, tk_steps *st) {
 kvq_status tk_parse_decoder(const cJSON *j, const char *file, tk_steps *st) {
     if (!j || cJSON_IsNull(j)) {
         /* without a decoder HF joins the tokens with spaces */
-        return add(st, TK_D_JOIN) ? KVQ_OK : kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", file);
+        return tk_steps_add(st, TK_D_JOIN) ? KVQ_OK : kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", file);
     }
     return parse_one(j, file, st);
 }

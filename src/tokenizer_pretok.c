@@ -27,7 +27,7 @@ void tk_steps_free(tk_steps *st) {
     memset(st, 0, sizeof *st);
 }
 
-static tk_step *step_add(tk_steps *st, int type) {
+tk_step *tk_steps_add(tk_steps *st, int type) {
     if (st->n == st->cap) {
         int cap = st->cap ? st->cap * 2 : 8;
         tk_step *s = realloc(st->s, (size_t)cap * sizeof *s);
@@ -101,7 +101,7 @@ kvq_status tk_parse_normalizer(const cJSON *j, const char *file, tk_steps *st) {
     };
     for (size_t i = 0; i < sizeof simple / sizeof *simple; i++) {
         if (strcmp(ty, simple[i].name)) continue;
-        tk_step *s = step_add(st, simple[i].type);
+        tk_step *s = tk_steps_add(st, simple[i].type);
         if (!s) return kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", file);
         if (s->type == TK_N_STRIP) {
             s->flag_a = jbool(j, "strip_left", 1);
@@ -130,7 +130,7 @@ static int parse_behavior(const char *b) {
 
 /* Adds a regex split step (for the pre-tokenizers that are fixed regex splits). */
 static kvq_status add_split(tk_steps *st, const char *re, int behavior, int invert, const char *file) {
-    tk_step *s = step_add(st, TK_P_SPLIT);
+    tk_step *s = tk_steps_add(st, TK_P_SPLIT);
     if (!s) return kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", file);
     s->behavior = behavior;
     s->invert = invert;
@@ -150,7 +150,7 @@ kvq_status tk_parse_pretokenizer(const cJSON *j, const char *file, tk_steps *st)
         return KVQ_OK;
     }
     if (!strcmp(ty, "Split")) {
-        tk_step *s = step_add(st, TK_P_SPLIT);
+        tk_step *s = tk_steps_add(st, TK_P_SPLIT);
         if (!s) return kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", file);
         s->behavior = parse_behavior(jstr(j, "behavior"));
         if (s->behavior < 0) return kvq_fail(KVQ_ERR_FORMAT, "%s: Split pre_tokenizer has no valid behavior", file);
@@ -158,13 +158,13 @@ kvq_status tk_parse_pretokenizer(const cJSON *j, const char *file, tk_steps *st)
         return set_pattern(s, j, "Split pre_tokenizer", file);
     }
     if (!strcmp(ty, "ByteLevel")) {
-        tk_step *s = step_add(st, TK_P_BYTELEVEL);
+        tk_step *s = tk_steps_add(st, TK_P_BYTELEVEL);
         if (!s) return kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", file);
         s->flag_a = jbool(j, "add_prefix_space", 1);
         return jbool(j, "use_regex", 1) ? set_regex(s, GPT2_RE, file) : KVQ_OK;
     }
     if (!strcmp(ty, "Metaspace")) {
-        tk_step *s = step_add(st, TK_P_METASPACE);
+        tk_step *s = tk_steps_add(st, TK_P_METASPACE);
         if (!s) return kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", file);
         const char *rep = jstr(j, "replacement"), *scheme = jstr(j, "prepend_scheme");
         if ((rc = set_str(rep && *rep ? rep : METASPACE, &s->str, &s->str_len, file))) return rc;
@@ -195,7 +195,7 @@ kvq_status tk_parse_pretokenizer(const cJSON *j, const char *file, tk_steps *st)
     if (!strcmp(ty, "CharDelimiterSplit")) {
         const char *d = jstr(j, "delimiter");
         if (!d || !*d) return kvq_fail(KVQ_ERR_FORMAT, "%s: CharDelimiterSplit without a delimiter", file);
-        tk_step *s = step_add(st, TK_P_SPLIT);
+        tk_step *s = tk_steps_add(st, TK_P_SPLIT);
         if (!s) return kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", file);
         s->behavior = TK_SPLIT_REMOVED;
         return set_str(d, &s->str, &s->str_len, file);
