@@ -371,13 +371,14 @@ static int blas_chunk_rows(const kvq_cpu_weight *w) {
 }
 
 /* Widen/dequantize a chunk of rows, then one sgemm on it. OpenBLAS runs its
- * own threads (OPENBLAS_NUM_THREADS), not n_threads, and everything here stays
+ * own pool (sized to n_threads here), and everything else here stays
  * on the calling thread: OpenMP workers spin-wait after a parallel region
  * without yielding, and interleaving our parallel widening with sgemm calls
  * starved OpenBLAS's threads (measured 4x slower than this). */
 static void matmul_blas(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n,
-                        float *buf) {
+                        float *buf, int n_threads) {
     int rows = w->rows, cols = w->cols;
+    openblas_set_num_threads(n_threads); /* -t bounds OpenBLAS's pool too */
     if (w->kind == KVQ_CW_DENSE && w->fmt == KVQ_W_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, x, cols, (const float *)w->data,
                     cols, 0.0f, y, rows);
@@ -416,7 +417,7 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
     if (n >= KVQ_BLAS_MIN_N) {
         float *buf = scratch((size_t)blas_chunk_rows(w) * w->cols);
         if (buf) {
-            matmul_blas(k, w, x, y, n, buf);
+            matmul_blas(k, w, x, y, n, buf, n_threads);
             return;
         }
     }
