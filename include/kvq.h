@@ -92,6 +92,9 @@ const kvq_tokenizer *kvq_model_tokenizer(const kvq_model *m);
 int kvq_model_n_vocab(const kvq_model *m);
 int kvq_model_n_ctx_train(const kvq_model *m);
 const char *kvq_model_backend_name(const kvq_model *m);
+/* Bytes of weights one decoded token streams: all of them but the embedding
+ * table, of which it reads one row (a tied table counts, as the LM head). */
+size_t kvq_model_weight_bytes(const kvq_model *m);
 /* One-line human description (architecture, sizes, weight format). */
 const char *kvq_model_desc(const kvq_model *m);
 

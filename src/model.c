@@ -95,3 +95,6 @@ int kvq_model_n_vocab(const kvq_model *m) { return m->hp.n_vocab; }
 int kvq_model_n_ctx_train(const kvq_model *m) { return m->hp.n_ctx_train; }
 const char *kvq_model_backend_name(const kvq_model *m) { return m->be->describe(m->bctx); }
 const char *kvq_model_desc(const kvq_model *m) { return m->desc; }
+size_t kvq_model_weight_bytes(const kvq_model *m) {
+    return m->lm_head == m->embed ? m->weight_bytes : m->weight_bytes - m->embed_bytes;
+}

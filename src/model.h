@@ -21,7 +21,8 @@ struct kvq_model {
     kvq_wt *embed, *out_norm, *lm_head; /* lm_head == embed when tied */
     kvq_layer *layers;
     kvq_buf *rope_freqs; /* head_dim/2 floats */
-    size_t weight_bytes;
+    size_t weight_bytes; /* all uploaded weights */
+    size_t embed_bytes;  /* of which the embedding table */
     char desc[256];
 };
 

@@ -159,9 +159,9 @@ kvq_status kvq_model_load_weights(kvq_model *m, const char *dir, const kvq_st *s
     loader L = {st, hp};
     int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     kvq_status s;
-    if ((s = load_dense(m, &L, "model.embed_tokens.weight", hp->n_vocab, hp->n_embd, &m->embed)) ||
-        (s = load_dense(m, &L, "model.norm.weight", 0, hp->n_embd, &m->out_norm)))
-        return s;
+    if ((s = load_dense(m, &L, "model.embed_tokens.weight", hp->n_vocab, hp->n_embd, &m->embed))) return s;
+    m->embed_bytes = m->weight_bytes;
+    if ((s = load_dense(m, &L, "model.norm.weight", 0, hp->n_embd, &m->out_norm))) return s;
     if (hp->tie_embeddings && !kvq_st_find(st, "lm_head.weight")) {
         m->lm_head = m->embed;
     } else {

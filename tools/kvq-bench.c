@@ -5,6 +5,7 @@
 
 int kvq_bench_attn(int argc, char **argv);
 int kvq_bench_aqlm(int argc, char **argv);
+int kvq_bench_model(int argc, char **argv);
 
 static const struct {
     const char *name, *help;
@@ -12,20 +13,24 @@ static const struct {
 } CMDS[] = {
     {"attn", "decode attention from f16/q8/q4 KV caches (tools/bench_attn.c)", kvq_bench_attn},
     {"aqlm", "AQLM decode GEMV (tools/bench_aqlm.c)", kvq_bench_aqlm},
+    {"model", "whole-model prompt and decode speed (tools/bench_model.c)", kvq_bench_model},
 };
 
 static int usage(FILE *f) {
     fprintf(f, "usage: kvq-bench <subcommand> [options]   (kvq-bench <subcommand> --help for its options)\n"
                "subcommands:\n");
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++) fprintf(f, "  %-6s %s\n", CMDS[i].name, CMDS[i].help);
-    return f == stderr ? 1 : 0;
+    return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) return usage(stderr);
+    if (argc < 2) {
+        fprintf(stderr, "kvq-bench: no subcommand given (see --help)\n");
+        return 1;
+    }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) return usage(stdout);
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
         if (!strcmp(argv[1], CMDS[i].name)) return CMDS[i].run(argc - 1, argv + 1); /* argv[0] = subcommand */
-    fprintf(stderr, "kvq-bench: unknown subcommand '%s'\n", argv[1]);
-    return usage(stderr);
+    fprintf(stderr, "kvq-bench: unknown subcommand '%s' (see --help)\n", argv[1]);
+    return 1;
 }
