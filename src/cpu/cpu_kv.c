@@ -19,92 +19,16 @@
 
 #include "cpu/cpu_attn_impl.h"
 #include "cpu/cpu_kernels.h"
+#include "ref/ref.h"
 #include "util.h"
 
-/* ---- store (must match kvq_ref_kv_store_row byte for byte) ---- */
+/* ---- store ---- */
 
-/* Same butterfly order and normalisation as kvq_ref_hadamard, so results are
- * bit-identical (adds/subs are exact-order IEEE ops; no contraction possible). */
-static void hadamard(float *x, int n) {
-    if (n <= 0 || (n & (n - 1))) abort(); /* rotation needs a power-of-two head_dim (kv_new rejects others) */
-    for (int len = 1; len < n; len <<= 1)
-        for (int i = 0; i < n; i += 2 * len)
-            for (int j = i; j < i + len; j++) {
-                float a = x[j], b = x[j + len];
-                x[j] = a + b;
-                x[j + len] = a - b;
-            }
-    float s = 1.0f / sqrtf((float)n);
-    for (int i = 0; i < n; i++) x[i] *= s;
-}
-
-/* roundf (half away from zero), fmaxf and fminf without libm calls, exact
- * for the finite values a cache row holds, so the bytes match the reference. */
-static inline float round_away(float x) {
-    const float t = (float)(int)x; /* |x| <= 127.5 here: exact truncation */
-    const float f = x - t;         /* exact */
-    return f >= 0.5f ? t + 1.0f : f <= -0.5f ? t - 1.0f : t;
-}
-static inline float clampf(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
-
-static float scale_f16(float d, uint16_t *dh) {
-    d = clampf(d, -65504.0f, 65504.0f);
-    *dh = kvq_f32_to_f16(d);
-    return kvq_f16_to_f32(*dh);
-}
-
-static void store_q8(const float *x, uint8_t *out) {
-    float amax = 0.0f;
-    for (int j = 0; j < KVQ_QK; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
-    uint16_t dh;
-    float d = scale_f16(amax / 127.0f, &dh);
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
-    memcpy(out, &dh, 2);
-    for (int j = 0; j < KVQ_QK; j++) out[2 + j] = (uint8_t)(int8_t)round_away(clampf(x[j] * id, -127.0f, 127.0f));
-}
-
-static void store_q4(const float *x, uint8_t *out) {
-    float amax = 0.0f, m = 0.0f;
-    for (int j = 0; j < KVQ_QK; j++)
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            m = x[j];
-        }
-    uint16_t dh;
-    float d = scale_f16(m / -8.0f, &dh);
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
-    memcpy(out, &dh, 2);
-    for (int j = 0; j < KVQ_QK / 2; j++) {
-        /* clamping before rounding is the same as after: the bounds are integers */
-        int lo = (int)round_away(clampf(x[j] * id, -8.0f, 7.0f)) + 8;
-        int hi = (int)round_away(clampf(x[j + KVQ_QK / 2] * id, -8.0f, 7.0f)) + 8;
-        out[2 + j] = (uint8_t)(lo | hi << 4);
-    }
-}
-
+/* Quantizing a row is a few hundred scalar ops against the matmuls that
+ * produced it, so the reference quantizer (the format's spec) is used as is;
+ * a SIMD store can replace it here if it ever shows in a profile. */
 void kvq_cpu_kv_store_row(kvq_cache_type t, int rotate, const float *x, void *row, int head_dim) {
-    float stackbuf[512];
-    float *tmp = head_dim <= 512 ? stackbuf : malloc((size_t)head_dim * sizeof *tmp);
-    if (!tmp) abort();
-    memcpy(tmp, x, (size_t)head_dim * sizeof *tmp);
-    if (rotate) hadamard(tmp, head_dim);
-    uint8_t *out = row;
-    switch (t) {
-    case KVQ_CACHE_F32: memcpy(out, tmp, (size_t)head_dim * 4); break;
-    case KVQ_CACHE_F16:
-        for (int i = 0; i < head_dim; i++) {
-            uint16_t h = kvq_f32_to_f16(tmp[i]);
-            memcpy(out + 2 * i, &h, 2);
-        }
-        break;
-    case KVQ_CACHE_Q8:
-        for (int b = 0; b < head_dim / KVQ_QK; b++) store_q8(tmp + b * KVQ_QK, out + b * sizeof(kvq_block_q8));
-        break;
-    case KVQ_CACHE_Q4:
-        for (int b = 0; b < head_dim / KVQ_QK; b++) store_q4(tmp + b * KVQ_QK, out + b * sizeof(kvq_block_q4));
-        break;
-    }
-    if (tmp != stackbuf) free(tmp);
+    kvq_ref_kv_store_row(t, rotate, x, row, head_dim);
 }
 
 /* ---- attention driver ---- */
@@ -157,7 +81,7 @@ static void finish_row(const plan *p, const float *acc, float l, float *o) {
     const int hd = p->args->a.head_dim;
     float il = 1.0f / l;
     for (int x = 0; x < hd; x++) o[x] = acc[x] * il;
-    if (p->args->rotate_v) hadamard(o, hd);
+    if (p->args->rotate_v) kvq_ref_hadamard(o, hd);
 }
 
 /* Online softmax over positions [c0, c1) for the rows of (KV head g, query tile t). */
@@ -170,7 +94,7 @@ static void run_item(const plan *p, scratch *sc, int g, int t, int c0, int c1, f
             const float *src = p->q + ((size_t)(i0 + qi) * A->a.n_head + (size_t)g * n_rep + j) * hd;
             float *dst = sc->q + (size_t)(qi * n_rep + j) * hd;
             for (int x = 0; x < hd; x++) dst[x] = src[x] * A->a.scale;
-            if (A->rotate_k) hadamard(dst, hd);
+            if (A->rotate_k) kvq_ref_hadamard(dst, hd);
         }
     if (p->prep_bytes) p->kern->q_prep(A->type_k, sc->q, nr, hd, sc->prep);
     for (int r = 0; r < nr; r++) {

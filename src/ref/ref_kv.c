@@ -26,8 +26,6 @@
 
 void kvq_ref_hadamard(float *x, int n) {
     assert(n > 0 && (n & (n - 1)) == 0);
-    /* Butterflies in this exact order: the CPU store repeats them so the
-     * rotated rows (and hence the quantized bytes) are identical. */
     for (int len = 1; len < n; len <<= 1)
         for (int i = 0; i < n; i += 2 * len)
             for (int j = i; j < i + len; j++) {
@@ -83,8 +81,9 @@ static void quant_q4(const float *x, kvq_block_q4 *b) {
 }
 
 void kvq_ref_kv_store_row(kvq_cache_type t, int rotate, const float *x, void *row, int head_dim) {
-    float *tmp = malloc((size_t)head_dim * sizeof *tmp);
-    assert(tmp);
+    float stackbuf[512]; /* head_dim <= 512 in every model kvq knows; larger ones go to the heap */
+    float *tmp = head_dim <= 512 ? stackbuf : malloc((size_t)head_dim * sizeof *tmp);
+    if (!tmp) abort();
     memcpy(tmp, x, (size_t)head_dim * sizeof *tmp);
     if (rotate) kvq_ref_hadamard(tmp, head_dim);
     uint8_t *out = row;
@@ -111,7 +110,7 @@ void kvq_ref_kv_store_row(kvq_cache_type t, int rotate, const float *x, void *ro
         }
         break;
     }
-    free(tmp);
+    if (tmp != stackbuf) free(tmp);
 }
 
 void kvq_ref_kv_load_row(kvq_cache_type t, const void *row, float *x, int head_dim) {
