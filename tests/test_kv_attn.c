@@ -259,7 +259,7 @@ static void run_cfg(const cfg *c, uint64_t seed) {
         const int prev_vnni = ps[pi].vnni >= 0 ? kvq_attn_avx512_set_vnni(ps[pi].vnni) : -1;
 #endif
         for (size_t i = 0; i < qn; i++) out[i] = NAN;
-        kvq_cpu_attention(&args, q, out, c->pos0, c->n, c->threads);
+        assert_int_equal(kvq_cpu_attention(&args, q, out, c->pos0, c->n, c->threads), 0);
         const kvq_attn_kernels *kern = kvq_attn_kernels_for(isa);
         const int int8q = hd <= KVQ_ATTN_HD_MAX && kern->int8_q && (kern->int8_q() >> c->tk & 1);
         kvq_cpu_set_isa(prev);

@@ -11,6 +11,7 @@
 
 struct kvq_bctx {
     int n_threads;
+    kvq_status err; /* first failure of an op since the last buf_read (ops cannot fail individually) */
     char desc[96];
 };
 
@@ -65,6 +66,11 @@ static void cpu_buf_write(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src
 }
 
 static kvq_status cpu_buf_read(kvq_bctx *b, const kvq_buf *src, size_t off, void *dst, size_t n) {
+    if (b->err) {
+        kvq_status s = b->err;
+        b->err = KVQ_OK;
+        return kvq_fail(s, "cpu backend: out of memory for attention scratch");
+    }
     if (off > src->bytes || n > src->bytes - off) return kvq_fail(KVQ_ERR_ARG, "cpu backend: read past buffer end");
     memcpy(dst, (const char *)src->data + off, n);
     return KVQ_OK;
@@ -219,7 +225,7 @@ static void cpu_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq
         .v = kv->v + (size_t)layer * layer_rows * kv->row_v,
         .n_ctx = d->n_ctx,
     };
-    kvq_cpu_attention(&args, q->data, out->data, pos0, n, b->n_threads);
+    if (kvq_cpu_attention(&args, q->data, out->data, pos0, n, b->n_threads) != 0 && !b->err) b->err = KVQ_ERR_NOMEM;
 }
 
 const kvq_backend kvq_backend_cpu = {

@@ -45,7 +45,8 @@ typedef struct {
     int n_ctx;
 } kvq_cpu_attn_args;
 
-/* Fused attention straight from the stored cache (see kvq_ref_attention for the spec). */
-void kvq_cpu_attention(const kvq_cpu_attn_args *args, const float *q, float *out, int pos0, int n, int n_threads);
+/* Fused attention straight from the stored cache (see kvq_ref_attention for the spec).
+ * Returns 0, or -1 when scratch memory could not be allocated (output then incomplete). */
+int kvq_cpu_attention(const kvq_cpu_attn_args *args, const float *q, float *out, int pos0, int n, int n_threads);
 
 #endif

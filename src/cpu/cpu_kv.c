@@ -190,9 +190,10 @@ static void scratch_free(scratch *sc) {
     kvq_free_aligned(sc->prep);
 }
 
-void kvq_cpu_attention(const kvq_cpu_attn_args *args, const float *q, float *out, int pos0, int n, int n_threads) {
+int kvq_cpu_attention(const kvq_cpu_attn_args *args, const float *q, float *out, int pos0, int n, int n_threads) {
     const kvq_attn_desc *a = &args->a;
-    if (n <= 0) return;
+    if (n <= 0) return 0;
+    int failed = 0;
     plan p = {.args = args, .q = q, .out = out, .pos0 = pos0, .n = n};
     p.kern = kvq_attn_kernels_for(a->head_dim <= KVQ_ATTN_HD_MAX ? (int)kvq_cpu_isa() : KVQ_ISA_SCALAR);
     p.n_rep = a->n_head / a->n_head_kv;
@@ -225,17 +226,19 @@ void kvq_cpu_attention(const kvq_cpu_attn_args *args, const float *q, float *out
     const size_t part_stride = (size_t)p.rows_max * (a->head_dim + 2);
     if (p.n_split > 1) {
         p.part = kvq_alloc_aligned((size_t)n_items * part_stride * sizeof(float));
-        if (!p.part) abort();
+        if (!p.part) return -1;
     }
     if (nt > n_items) nt = n_items;
 
 #pragma omp parallel num_threads(nt)
     {
-        /* A few KB per thread: out of memory here is not recoverable (ops cannot fail). */
+        /* A few KB per thread; without it this thread's items are skipped and the call reports failure. */
         scratch sc;
-        if (!scratch_init(&p, &sc)) abort();
+        const int have = scratch_init(&p, &sc);
+        if (!have) __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
 #pragma omp for schedule(dynamic, 1)
         for (int it = 0; it < n_items; it++) {
+            if (!have) continue;
             const int c = it % p.n_split, gt = it / p.n_split, g = gt / p.n_tiles, t = gt % p.n_tiles;
             /* Positions the tile's rows see: [first of its first query, last query]. */
             const int i0 = t * p.qt, i1 = (i0 + p.qt < n ? i0 + p.qt : n) - 1;
@@ -244,18 +247,20 @@ void kvq_cpu_attention(const kvq_cpu_attn_args *args, const float *q, float *out
             const int c1 = lo + (int)((long long)len * (c + 1) / p.n_split);
             run_item(&p, &sc, g, t, c0, c1, p.part ? p.part + (size_t)it * part_stride : NULL);
         }
-        scratch_free(&sc);
+        scratch_free(&sc); /* frees whatever scratch_init got */
     }
 
     if (p.n_split > 1) {
 #pragma omp parallel num_threads(nt)
         {
             float *tmp = kvq_alloc_aligned((size_t)a->head_dim * sizeof(float));
-            if (!tmp) abort();
+            if (!tmp) __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
 #pragma omp for schedule(static)
-            for (int gt = 0; gt < groups; gt++) merge_group(&p, gt / p.n_tiles, gt % p.n_tiles, tmp);
+            for (int gt = 0; gt < groups; gt++)
+                if (tmp) merge_group(&p, gt / p.n_tiles, gt % p.n_tiles, tmp);
             kvq_free_aligned(tmp);
         }
         kvq_free_aligned(p.part);
     }
+    return failed ? -1 : 0;
 }
