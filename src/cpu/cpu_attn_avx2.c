@@ -228,7 +228,7 @@ AI __m128 q8_dot4(const uint8_t *row, const q8prep *G, int nbk) {
     return _mm_add_ps(_mm256_castps256_ps128(za), _mm256_extractf128_ps(za, 1));
 }
 
-static void qk_q8(const uint8_t *k, size_t rb, int np, const q8prep *P, int nr, int hd, float *s) {
+AI void qk_q8_hd(const uint8_t *k, size_t rb, int np, const q8prep *P, int nr, int hd, float *s) {
     const int nbk = hd / KVQ_QK;
     for (int g = 0; g * 4 < nr; g++) {
         const q8prep *G = P + (size_t)g * nbk;
@@ -263,6 +263,10 @@ static void qk_q8(const uint8_t *k, size_t rb, int np, const q8prep *P, int nr, 
             }
         }
     }
+}
+
+static void qk_q8(const uint8_t *k, size_t rb, int np, const q8prep *P, int nr, int hd, float *s) {
+    BY_HD(hd, BY_NR(nr, qk_q8_hd(k, rb, np, P, NR, HD, s)))
 }
 
 /* q4 K with positions in lanes: 16 K rows of one block are transposed so
@@ -338,7 +342,7 @@ AI void q4_transpose16(const uint8_t *const *rows, size_t off, __m256i *kt) {
     }
 }
 
-static void qk_q4(const uint8_t *k, size_t rb, int np, const q4grp *P, int nr, int hd, float *s) {
+AI void qk_q4_hd(const uint8_t *k, size_t rb, int np, const q4grp *P, int nr, int hd, float *s) {
     const int nbk = hd / KVQ_QK;
     float D[NB_MAX * BP];
     gather_scales(k, rb, np, nbk, sizeof(kvq_block_q4), D);
@@ -406,11 +410,15 @@ static void qk_q4(const uint8_t *k, size_t rb, int np, const q4grp *P, int nr, i
     }
 }
 
+static void qk_q4(const uint8_t *k, size_t rb, int np, const q4grp *P, int nr, int hd, float *s) {
+    BY_HD(hd, BY_NR(nr, qk_q4_hd(k, rb, np, P, NR, HD, s)))
+}
+
 static void qk(kvq_cache_type tk, const uint8_t *k, size_t rb, int np, const float *q, const void *prep, int nr,
                int hd, float *s) {
     switch (tk) {
-    case KVQ_CACHE_F32: qkf_t(k, rb, np, q, nr, hd, s, KVQ_CACHE_F32); break;
-    case KVQ_CACHE_F16: qkf_t(k, rb, np, q, nr, hd, s, KVQ_CACHE_F16); break;
+    case KVQ_CACHE_F32: BY_HD(hd, qkf_t(k, rb, np, q, nr, HD, s, KVQ_CACHE_F32)); break;
+    case KVQ_CACHE_F16: BY_HD(hd, qkf_t(k, rb, np, q, nr, HD, s, KVQ_CACHE_F16)); break;
     case KVQ_CACHE_Q8: qk_q8(k, rb, np, prep, nr, hd, s); break;
     case KVQ_CACHE_Q4: qk_q4(k, rb, np, prep, nr, hd, s); break;
     }
@@ -500,12 +508,21 @@ AI void av_t(const uint8_t *v, size_t rb, int np, const float *w, int nr, int hd
     if (nr - r >= 1) av_group(v, rb, np, w + r * BP, hd, acc + (size_t)r * hd, D, WD, r == 0, 1, t);
 }
 
+/* Full blocks of the common shapes get a copy with every size constant
+ * (row stride included: cache rows are packed). */
+AI void av_spec(const uint8_t *v, size_t rb, int np, const float *w, int nr, int hd, float *acc, const int t) {
+    if (np == BP && rb == kvq_kv_row_bytes(t, hd))
+        BY_HD(hd, BY_NR(nr, av_t(v, kvq_kv_row_bytes(t, HD), BP, w, NR, HD, acc, t)))
+    else
+        av_t(v, rb, np, w, nr, hd, acc, t);
+}
+
 static void av(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const float *w, int nr, int hd, float *acc) {
     switch (tv) {
-    case KVQ_CACHE_F32: av_t(v, rb, np, w, nr, hd, acc, KVQ_CACHE_F32); break;
-    case KVQ_CACHE_F16: av_t(v, rb, np, w, nr, hd, acc, KVQ_CACHE_F16); break;
-    case KVQ_CACHE_Q8: av_t(v, rb, np, w, nr, hd, acc, KVQ_CACHE_Q8); break;
-    case KVQ_CACHE_Q4: av_t(v, rb, np, w, nr, hd, acc, KVQ_CACHE_Q4); break;
+    case KVQ_CACHE_F32: av_spec(v, rb, np, w, nr, hd, acc, KVQ_CACHE_F32); break;
+    case KVQ_CACHE_F16: av_spec(v, rb, np, w, nr, hd, acc, KVQ_CACHE_F16); break;
+    case KVQ_CACHE_Q8: av_spec(v, rb, np, w, nr, hd, acc, KVQ_CACHE_Q8); break;
+    case KVQ_CACHE_Q4: av_spec(v, rb, np, w, nr, hd, acc, KVQ_CACHE_Q4); break;
     }
 }
 
