@@ -62,7 +62,7 @@ typedef struct {
 } plan;
 
 typedef struct {
-    float *q, *s, *acc, *m, *l;
+    float *q, *s, *acc, *m, *l, *f;
     void *prep;
 } scratch;
 
@@ -70,6 +70,14 @@ typedef struct {
 static int first_visible(const plan *p, int i) {
     int pos = p->pos0 + i, w = p->args->a.window;
     return w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0;
+}
+
+/* Start of split-K chunk c of [lo, lo+len): inner cuts on block boundaries (see run_item). */
+static int split_point(int lo, int len, int c, int n_split) {
+    if (c == 0) return lo;
+    if (c == n_split) return lo + len;
+    const int x = (lo + (int)((long long)len * c / n_split)) / KVQ_ATTN_BP * KVQ_ATTN_BP;
+    return x > lo ? x : lo;
 }
 
 static float *out_row(const plan *p, int g, int i, int j) {
@@ -104,8 +112,13 @@ static void run_item(const plan *p, scratch *sc, int g, int t, int c0, int c1, f
     memset(sc->acc, 0, (size_t)nr * hd * sizeof(float));
     const uint8_t *kbase = A->k + (size_t)g * A->n_ctx * p->kb, *vbase = A->v + (size_t)g * A->n_ctx * p->vb;
 
-    for (int b0 = c0; b0 < c1; b0 += KVQ_ATTN_BP) {
-        const int np = c1 - b0 < KVQ_ATTN_BP ? c1 - b0 : KVQ_ATTN_BP;
+    /* Blocks are fixed spans of absolute positions [64k, 64k+64), cut to
+     * [c0, c1): a row's block then holds the same visible positions however
+     * the positions were split into items (decode vs prompt tiles, split-K),
+     * which kernels that round the weights of a block (av_blk) rely on. */
+    const int blk = p->kern->av_blk_types && (p->kern->av_blk_types() >> A->type_v & 1);
+    for (int b0 = c0; b0 < c1;) {
+        const int b1 = (b0 / KVQ_ATTN_BP + 1) * KVQ_ATTN_BP, np = (c1 < b1 ? c1 : b1) - b0;
         p->kern->qk(A->type_k, kbase + (size_t)b0 * p->kb, p->kb, np, sc->q, sc->prep, nr, hd, sc->s);
         /* Rows of a prompt tile see different ranges (causal, window): mask per row. */
         for (int r = 0; r < nr; r++) {
@@ -114,6 +127,7 @@ static void run_item(const plan *p, scratch *sc, int g, int t, int c0, int c1, f
             int x0 = first_visible(p, i) - b0, x1 = p->pos0 + i - b0;
             if (x0 < 0) x0 = 0;
             if (x1 > np - 1) x1 = np - 1;
+            sc->f[r] = 0.0f;
             if (x0 > x1) {
                 memset(s, 0, (size_t)np * sizeof *s);
                 continue;
@@ -130,9 +144,18 @@ static void run_item(const plan *p, scratch *sc, int g, int t, int c0, int c1, f
                 }
                 sc->m[r] = bm;
             }
-            sc->l[r] += p->kern->exp_sum(s, np, sc->m[r]);
+            if (blk) { /* weights relative to this block's max, the block scaled by f */
+                sc->f[r] = expf(bm - sc->m[r]);
+                sc->l[r] += sc->f[r] * p->kern->exp_sum(s, np, bm);
+            } else {
+                sc->l[r] += p->kern->exp_sum(s, np, sc->m[r]);
+            }
         }
-        p->kern->av(A->type_v, vbase + (size_t)b0 * p->vb, p->vb, np, sc->s, nr, hd, sc->acc);
+        if (blk)
+            p->kern->av_blk(A->type_v, vbase + (size_t)b0 * p->vb, p->vb, np, sc->s, sc->f, nr, hd, sc->acc);
+        else
+            p->kern->av(A->type_v, vbase + (size_t)b0 * p->vb, p->vb, np, sc->s, nr, hd, sc->acc);
+        b0 += np;
     }
 
     for (int r = 0; r < nr; r++) {
@@ -176,9 +199,10 @@ static int scratch_init(const plan *p, scratch *sc) {
     sc->q = kvq_alloc_aligned(R * hd * sizeof(float));
     sc->acc = kvq_alloc_aligned(R * hd * sizeof(float));
     sc->s = kvq_alloc_aligned(R * KVQ_ATTN_BP * sizeof(float));
-    sc->m = kvq_alloc_aligned(2 * R * sizeof(float));
+    sc->m = kvq_alloc_aligned(3 * R * sizeof(float));
     sc->prep = p->prep_bytes ? kvq_alloc_aligned(p->prep_bytes) : NULL;
     sc->l = sc->m ? sc->m + R : NULL;
+    sc->f = sc->m ? sc->m + 2 * R : NULL;
     return sc->q && sc->acc && sc->s && sc->m && (sc->prep || !p->prep_bytes);
 }
 
@@ -243,8 +267,7 @@ int kvq_cpu_attention(const kvq_cpu_attn_args *args, const float *q, float *out,
             /* Positions the tile's rows see: [first of its first query, last query]. */
             const int i0 = t * p.qt, i1 = (i0 + p.qt < n ? i0 + p.qt : n) - 1;
             const int lo = first_visible(&p, i0), len = pos0 + i1 + 1 - lo;
-            const int c0 = lo + (int)((long long)len * c / p.n_split);
-            const int c1 = lo + (int)((long long)len * (c + 1) / p.n_split);
+            const int c0 = split_point(lo, len, c, p.n_split), c1 = split_point(lo, len, c + 1, p.n_split);
             run_item(&p, &sc, g, t, c0, c1, p.part ? p.part + (size_t)it * part_stride : NULL);
         }
         scratch_free(&sc); /* frees whatever scratch_init got */
