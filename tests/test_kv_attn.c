@@ -214,6 +214,24 @@ static int all_paths(path *ps) {
     return n;
 }
 
+/* Kernel sets with their own rotation must match the reference bit for bit
+ * (the cache was written with the reference one). */
+static void test_hadamard_kernels(void **state) {
+    (void)state;
+    uint64_t st = 5;
+    for (size_t k = 0; k < sizeof ISAS / sizeof ISAS[0]; k++) {
+        const kvq_attn_kernels *kern = kvq_attn_kernels_for(ISAS[k]);
+        if (!kvq_cpu_isa_available(ISAS[k]) || !kern->hadamard) continue;
+        for (int n = 1; n <= 512; n *= 2) {
+            float x[512], y[512];
+            for (int i = 0; i < n; i++) x[i] = y[i] = 100.0f * rand_val(&st);
+            kvq_ref_hadamard(x, n);
+            kern->hadamard(y, n);
+            if (memcmp(x, y, (size_t)n * sizeof *x)) fail_msg("%s hadamard n=%d differs", kvq_isa_name(ISAS[k]), n);
+        }
+    }
+}
+
 static void fill_nan(uint8_t *p, size_t n) { memset(p, 0xFF, n); } /* NaN in every format's scale/value */
 
 static void run_cfg(const cfg *c, uint64_t seed) {
@@ -368,7 +386,8 @@ static void test_attn_threads(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hadamard),     cmocka_unit_test(test_q8_roundtrip),
+        cmocka_unit_test(test_hadamard),
+        cmocka_unit_test(test_hadamard_kernels),     cmocka_unit_test(test_q8_roundtrip),
         cmocka_unit_test(test_q4_roundtrip), cmocka_unit_test(test_q4_scale_choice),
         cmocka_unit_test(test_store_bytes),  cmocka_unit_test(test_attn_types),
         cmocka_unit_test(test_attn_shapes),  cmocka_unit_test(test_attn_threads),

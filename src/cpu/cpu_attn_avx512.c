@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cpu/cpu_attn_impl.h"
+#include "ref/ref.h"
 
 #define AI static inline __attribute__((always_inline))
 #define BP KVQ_ATTN_BP
@@ -598,6 +599,45 @@ static void av(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const flo
     }
 }
 
+/* ---- rotation ---- */
+
+/* The reference's butterflies in the same order, so the result is bitwise
+ * the same: strides ≥ 16 pair whole vectors, strides 8..1 pair lanes of one
+ * vector through a permute, with x·(±1) + partner as the sum or difference
+ * (exact: one rounding, as a + b or a − b). ~10× faster than the scalar
+ * loop, which showed at ~10% of q4 attention time at 1k context. */
+static void hadamard(float *x, int n) {
+    if (n < 16 || (n & (n - 1))) {
+        kvq_ref_hadamard(x, n);
+        return;
+    }
+    static const int32_t perm[4][16] = {
+        {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14},
+        {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13},
+        {4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11},
+        {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7},
+    };
+    static const __mmask16 hi[4] = {0xAAAA, 0xCCCC, 0xF0F0, 0xFF00}; /* lanes that take partner − own */
+    for (int i = 0; i < n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        for (int s = 0; s < 4; s++) {
+            const __m512 p = _mm512_permutexvar_ps(_mm512_loadu_si512(perm[s]), v);
+            const __m512 sg = _mm512_mask_blend_ps(hi[s], _mm512_set1_ps(1.0f), _mm512_set1_ps(-1.0f));
+            v = _mm512_fmadd_ps(v, sg, p);
+        }
+        _mm512_storeu_ps(x + i, v);
+    }
+    for (int len = 16; len < n; len <<= 1)
+        for (int i = 0; i < n; i += 2 * len)
+            for (int j = i; j < i + len; j += 16) {
+                const __m512 a = _mm512_loadu_ps(x + j), b = _mm512_loadu_ps(x + j + len);
+                _mm512_storeu_ps(x + j, _mm512_add_ps(a, b));
+                _mm512_storeu_ps(x + j + len, _mm512_sub_ps(a, b));
+            }
+    const __m512 sc = _mm512_set1_ps(1.0f / sqrtf((float)n));
+    for (int i = 0; i < n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), sc));
+}
+
 /* ---- softmax helpers ---- */
 
 /* exp(x) for x <= 0: 2^n · p(r), |r| <= ln2/2, degree-6 Taylor (rel. error ~2e-7); x < -87 gives 0. */
@@ -645,5 +685,6 @@ const kvq_attn_kernels kvq_attn_avx512 = {
     .av = av,
     .exp_sum = exp_sum,
     .max = vmax,
+    .hadamard = hadamard,
     .int8_q = int8_q,
 };

@@ -38,8 +38,11 @@ static inline void kvq_attn_prefetch_row(const uint8_t *row, size_t rb) {
  * ~10-20 KB): on the AVX-512 q4 path it measured ~10% faster at 8k context
  * than stopping in L2. Wider rows evicted live data and the AVX2 kernels
  * measured slower with it, so they keep the L2 hint. */
+#ifndef KVQ_ATTN_PF1
+#define KVQ_ATTN_PF1 KVQ_ATTN_BP
+#endif
 static inline void kvq_attn_prefetch_row_l1(const uint8_t *row, size_t rb) {
-    const uint8_t *p = row + (size_t)KVQ_ATTN_PFD * KVQ_ATTN_BP * rb;
+    const uint8_t *p = row + (size_t)KVQ_ATTN_PF1 * rb;
     for (size_t o = 0; o < rb; o += 64) __builtin_prefetch(p + o, 0, 3);
     __builtin_prefetch(p + rb - 1, 0, 3);
 }
@@ -82,6 +85,9 @@ typedef struct {
     unsigned (*av_blk_types)(void);
     /* x[i] = exp(x[i] - m) for i < n (x[i] = -inf gives 0); returns Σ x[i]. */
     float (*exp_sum)(float *x, int n, float m);
+    /* Optional (NULL: kvq_ref_hadamard): the same orthonormal Walsh–Hadamard
+     * transform in place, bitwise equal to the reference (n a power of 2). */
+    void (*hadamard)(float *x, int n);
     /* max of x[0..n) (n >= 1). */
     float (*max)(const float *x, int n);
     /* Bit t set: K of cache type t is dotted with int8-quantized queries

@@ -85,11 +85,18 @@ static float *out_row(const plan *p, int g, int i, int j) {
     return p->out + ((size_t)i * a->n_head + (size_t)g * p->n_rep + j) * a->head_dim;
 }
 
+static void rotate(const plan *p, float *x, int n) {
+    if (p->kern->hadamard)
+        p->kern->hadamard(x, n);
+    else
+        kvq_ref_hadamard(x, n);
+}
+
 static void finish_row(const plan *p, const float *acc, float l, float *o) {
     const int hd = p->args->a.head_dim;
     float il = 1.0f / l;
     for (int x = 0; x < hd; x++) o[x] = acc[x] * il;
-    if (p->args->rotate_v) kvq_ref_hadamard(o, hd);
+    if (p->args->rotate_v) rotate(p, o, hd);
 }
 
 /* Online softmax over positions [c0, c1) for the rows of (KV head g, query tile t). */
@@ -102,7 +109,7 @@ static void run_item(const plan *p, scratch *sc, int g, int t, int c0, int c1, f
             const float *src = p->q + ((size_t)(i0 + qi) * A->a.n_head + (size_t)g * n_rep + j) * hd;
             float *dst = sc->q + (size_t)(qi * n_rep + j) * hd;
             for (int x = 0; x < hd; x++) dst[x] = src[x] * A->a.scale;
-            if (A->rotate_k) kvq_ref_hadamard(dst, hd);
+            if (A->rotate_k) rotate(p, dst, hd);
         }
     if (p->prep_bytes) p->kern->q_prep(A->type_k, sc->q, nr, hd, sc->prep);
     for (int r = 0; r < nr; r++) {
