@@ -384,6 +384,74 @@ static void test_attn_threads(void **state) {
     run_cfg(&c, 8);
 }
 
+/* Decode (one query at a time) against prompt evaluation (a tile of queries)
+ * over the same cache, for every kernel path: blocks, split-K cuts and any
+ * rounding of weights (av_blk) must not depend on how the queries were
+ * grouped. What may differ is the grouping of float sums: ~1e-7 (more with
+ * a window, where a prompt tile's positions start earlier than one query's). */
+static void test_decode_matches_prompt(void **state) {
+    (void)state;
+    static const struct {
+        kvq_cache_type k, v;
+        int hd, window;
+    } cases[] = {{KVQ_CACHE_Q4, KVQ_CACHE_Q4, 128, 0},
+                 {KVQ_CACHE_Q4, KVQ_CACHE_Q4, 64, 333},
+                 {KVQ_CACHE_Q8, KVQ_CACHE_Q8, 128, 0},
+                 {KVQ_CACHE_Q8, KVQ_CACHE_Q4, 64, 0},
+                 {KVQ_CACHE_F16, KVQ_CACHE_Q8, 64, 0}};
+    const int n_head = 8, n_kv = 2, n = 24, pos0 = 677, n_ctx = pos0 + n;
+    uint64_t st = 99;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int hd = cases[ci].hd, rot = (hd & (hd - 1)) == 0;
+        const size_t kb = kvq_kv_row_bytes(cases[ci].k, hd), vb = kvq_kv_row_bytes(cases[ci].v, hd);
+        const size_t qn = (size_t)n * n_head * hd, row = (size_t)n_head * hd;
+        uint8_t *K = malloc((size_t)n_kv * n_ctx * kb), *V = malloc((size_t)n_kv * n_ctx * vb);
+        float *q = malloc(qn * 4), *prompt = malloc(qn * 4), *one = malloc(row * 4);
+        assert_true(K && V && q && prompt && one);
+        float x[512];
+        for (int r = 0; r < n_kv * n_ctx; r++) {
+            for (int i = 0; i < hd; i++) x[i] = rand_val(&st);
+            kvq_cpu_kv_store_row(cases[ci].k, rot, x, K + (size_t)r * kb, hd);
+            for (int i = 0; i < hd; i++) x[i] = rand_val(&st);
+            kvq_cpu_kv_store_row(cases[ci].v, rot, x, V + (size_t)r * vb, hd);
+        }
+        for (size_t i = 0; i < qn; i++) q[i] = 3.0f * rand_val(&st); /* peaky softmax */
+        kvq_cpu_attn_args args = {.a = {.n_head = n_head, .n_head_kv = n_kv, .head_dim = hd,
+                                        .scale = 1.0f / sqrtf((float)hd), .window = cases[ci].window},
+                                  .type_k = cases[ci].k, .type_v = cases[ci].v, .rotate_k = rot, .rotate_v = rot,
+                                  .k = K, .v = V, .n_ctx = n_ctx};
+        path ps[8];
+        const int n_paths = all_paths(ps);
+        for (int pi = 0; pi < n_paths; pi++)
+            for (int threads = 1; threads <= 2; threads++) { /* 2: decode splits positions (split-K) */
+                const kvq_isa prev = kvq_cpu_set_isa(ps[pi].isa);
+#if defined(__x86_64__)
+                const int prev_vnni = ps[pi].vnni >= 0 ? kvq_attn_avx512_set_vnni(ps[pi].vnni) : -1;
+#endif
+                assert_int_equal(kvq_cpu_attention(&args, q, prompt, pos0, n, threads), 0);
+                double worst = 0;
+                for (int i = 0; i < n; i++) {
+                    assert_int_equal(kvq_cpu_attention(&args, q + (size_t)i * row, one, pos0 + i, 1, threads), 0);
+                    const double e = tu_rel_l2(one, prompt + (size_t)i * row, row);
+                    worst = e > worst ? e : worst;
+                }
+                kvq_cpu_set_isa(prev);
+#if defined(__x86_64__)
+                if (prev_vnni >= 0) kvq_attn_avx512_set_vnni(prev_vnni);
+#endif
+                if (!(worst <= 1e-6))
+                    fail_msg("%s%s K%d V%d hd %d window %d threads %d: decode vs prompt rel err %.3g",
+                             kvq_isa_name(ps[pi].isa), ps[pi].vnni == 1 ? "+vnni" : "", (int)cases[ci].k,
+                             (int)cases[ci].v, hd, cases[ci].window, threads, worst);
+            }
+        free(K);
+        free(V);
+        free(q);
+        free(prompt);
+        free(one);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hadamard),
@@ -391,6 +459,7 @@ int main(void) {
         cmocka_unit_test(test_q4_roundtrip), cmocka_unit_test(test_q4_scale_choice),
         cmocka_unit_test(test_store_bytes),  cmocka_unit_test(test_attn_types),
         cmocka_unit_test(test_attn_shapes),  cmocka_unit_test(test_attn_threads),
+        cmocka_unit_test(test_decode_matches_prompt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -114,14 +114,24 @@ static void test_cache_bytes(void **s) {
     kvq_model_free(m);
 }
 
-/* A long prompt decoded one token at a time through a quantized cache gives the
- * logits of evaluating it in batches (same stored bytes, different kernel paths). */
+/* A long prompt decoded one token at a time through a quantized cache gives
+ * the logits of evaluating it in batches. The stored rows are not bit-equal:
+ * batched and single-token projections round differently in the last bit,
+ * and a q4 K row rounds such a difference into a whole step now and then (a
+ * 1/16-of-range change of one key value), which moves the logits by up to
+ * ~1e-2 at some prompt lengths (measured 8e-6 .. 7.5e-3 over 325..700
+ * tokens with the kernels of the time). So q4 K gets a loose bound here,
+ * the others the tight one; the attention itself is held to ~1e-7 between
+ * decode and prompt tiles by test_kv_attn (test_decode_matches_prompt). */
 static void test_long_decode_matches_batch(void **s) {
     kvq_model *m = load("brown-llama-aqlm-2x8");
     TU_NEED_FIXTURE(m);
     int32_t *tgt, *in = valid_tokens(m, &tgt);
     const int n = 700;
-    const struct { kvq_cache_type k, v; } types[] = {{KVQ_CACHE_Q4, KVQ_CACHE_Q4}, {KVQ_CACHE_Q8, KVQ_CACHE_Q4}, {KVQ_CACHE_F16, KVQ_CACHE_Q8}};
+    const struct {
+        kvq_cache_type k, v;
+        double bound;
+    } types[] = {{KVQ_CACHE_Q4, KVQ_CACHE_Q4, 2e-2}, {KVQ_CACHE_Q8, KVQ_CACHE_Q4, 1e-4}, {KVQ_CACHE_F16, KVQ_CACHE_Q8, 1e-4}};
     for (int t = 0; t < 3; t++) {
         kvq_context *batch = ctx(m, types[t].k, types[t].v, -1, 0, 256);
         kvq_context *one = ctx(m, types[t].k, types[t].v, -1, 0, 1);
@@ -130,7 +140,7 @@ static void test_long_decode_matches_batch(void **s) {
         double e = tu_rel_l2(kvq_logits(one), kvq_logits(batch), (size_t)kvq_model_n_vocab(m));
         print_message("K %s V %s: %d tokens one by one vs batched, rel L2 %.2e\n", kvq_cache_type_name(types[t].k),
                       kvq_cache_type_name(types[t].v), n, e);
-        assert_true(e < 1e-4);
+        assert_true(e < types[t].bound);
         kvq_context_free(batch);
         kvq_context_free(one);
     }
