@@ -599,6 +599,173 @@ static void av(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const flo
     }
 }
 
+/* ---- V from int16 weights (q4 V; VNNI + VBMI) ---- */
+
+/* Why: the f32 path spends a GQA-4 group 32 FMAs per position at head dim
+ * 128 plus the dequantization, where vpdpwssd takes two positions per
+ * instruction and q4 nibbles only need spreading into 16-bit lanes (one
+ * vpermt2b). The weights (softmax weight × V block scale) are rounded to
+ * 15 bits relative to the largest one of their (row, V block): an error of
+ * ≤ 2^-16 of that weight each, far below the q4 rounding of V itself. The
+ * driver's weights are relative to fixed 64-position spans (av_blk), so
+ * decode and prompt evaluation round alike; the integer sums are exact. */
+
+#define VBMI_VNNI __attribute__((target("avx512vnni,avx512vbmi")))
+#define VBMI_VNNI_AI VBMI_VNNI static inline __attribute__((always_inline))
+
+/* Weights of NH rows for every V block as int16 (pairs of positions per
+ * dword, 0 at and past np), so[k] = f·M/32767 the scale of (row, block) k's
+ * integer sums (M = max |w·d|: q4 scales are signed; 0: nothing to add) and
+ * cs[k] = 8·ΣWq (the +8 storage offset, removed in integers). In phases, so
+ * the 16 reductions and divisions overlap. Returns whether any row adds. */
+AI int wq_rows(const float *w, const float *f, const float *D, int np, int16_t *Wq, float *so, int32_t *cs,
+               const int NB, const int NH) {
+    float M[4 * NB_MAX], inv[4 * NB_MAX];
+    __m512 wr[4][BP / 16];
+    for (int h = 0; h < NH; h++)
+        for (int i = 0; i < BP / 16; i++) {
+            const __mmask16 m = np - 16 * i >= 16 ? 0xFFFF : np > 16 * i ? (__mmask16)((1u << (np - 16 * i)) - 1) : 0;
+            /* a row that sees nothing here (f = 0) may hold anything */
+            wr[h][i] = f[h] > 0.0f ? _mm512_maskz_loadu_ps(m, w + (size_t)h * BP + 16 * i) : _mm512_setzero_ps();
+        }
+    for (int h = 0; h < NH; h++)
+        for (int b = 0; b < NB; b++) {
+            __m512 mx = _mm512_setzero_ps();
+            for (int i = 0; i < BP / 16; i++)
+                mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_mul_ps(wr[h][i], _mm512_loadu_ps(D + b * BP + 16 * i))));
+            M[h * NB + b] = _mm512_reduce_max_ps(mx);
+        }
+    int live = 0;
+    for (int k = 0; k < NH * NB; k++) {
+        const int on = M[k] > 0.0f;
+        inv[k] = on ? 32767.0f / M[k] : 0.0f;
+        so[k] = f[k / NB] * M[k] * (1.0f / 32767.0f);
+        live |= on;
+    }
+    if (!live) return 0;
+    for (int h = 0; h < NH; h++)
+        for (int b = 0; b < NB; b++) {
+            const __m512 sc = _mm512_set1_ps(inv[h * NB + b]);
+            __m512i sum = _mm512_setzero_si512();
+            for (int i = 0; i < BP / 16; i++) {
+                /* |w·d|·32767/M rounds to ≤ 32767; the saturating pack guards the last ulp */
+                const __m512i q =
+                    _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(wr[h][i], _mm512_loadu_ps(D + b * BP + 16 * i)), sc));
+                sum = _mm512_add_epi32(sum, q);
+                _mm256_storeu_si256((__m256i *)(Wq + (h * NB + b) * BP + 16 * i), _mm512_cvtsepi32_epi16(q));
+            }
+            cs[h * NB + b] = 8 * _mm512_reduce_add_epi32(sum);
+        }
+    return 1;
+}
+
+/* NH rows × V blocks b, b+1, positions in pairs. The whole nibble bytes
+ * (lo + 16·hi ≤ 255) are multiplied and 16·hi taken off at the end, which
+ * saves masking out the low nibbles: 64·255·32767 < 2^31. */
+VBMI_VNNI_AI void av_q4i_tile(const uint8_t *v, size_t rb, int np, const int16_t *Wq, const float *so,
+                              const int32_t *cs, float *acc, int hd, int b, int pf, const int NB, const int NH) {
+    /* word 2c = byte c of position j, word 2c+1 = byte c of position j+1, high bytes 0 */
+    const __m512i spread = _mm512_setr_epi32(0x00400000, 0x00410001, 0x00420002, 0x00430003, 0x00440004, 0x00450005,
+                                             0x00460006, 0x00470007, 0x00480008, 0x00490009, 0x004A000A, 0x004B000B,
+                                             0x004C000C, 0x004D000D, 0x004E000E, 0x004F000F);
+    __m512i I[4][2][2];
+    for (int h = 0; h < NH; h++)
+        for (int bb = 0; bb < 2; bb++) I[h][bb][0] = I[h][bb][1] = _mm512_setzero_si512();
+    for (int j = 0; j < np; j += 2) {
+        const uint8_t *ra = v + (size_t)j * rb, *rc = j + 1 < np ? ra + rb : ra; /* odd np: weight 0 */
+        if (pf) {
+            kvq_attn_prefetch_row_l1(ra, rb);
+            kvq_attn_prefetch_row_l1(rc, rb);
+        }
+        for (int bb = 0; bb < 2; bb++) {
+            const size_t o = sizeof(kvq_block_q4) * (size_t)(b + bb) + 2;
+            const __m512i z0 = _mm512_maskz_permutex2var_epi8(
+                0x5555555555555555ull, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(ra + o))), spread,
+                _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rc + o))));
+            const __m512i z1 = _mm512_srli_epi16(z0, 4);
+            for (int h = 0; h < NH; h++) {
+                const __m512i wv = _mm512_set1_epi32(*(const int32_t *)(Wq + (h * NB + b + bb) * BP + j));
+                /* in asm: GCC (12) accumulates into a copy and moves it back, 2 extra moves per product */
+                __asm__("vpdpwssd %2, %1, %0" : "+v"(I[h][bb][0]) : "v"(z0), "v"(wv));
+                __asm__("vpdpwssd %2, %1, %0" : "+v"(I[h][bb][1]) : "v"(z1), "v"(wv));
+            }
+        }
+    }
+    for (int h = 0; h < NH; h++)
+        for (int bb = 0; bb < 2; bb++) {
+            const int k = h * NB + b + bb;
+            const __m512i c = _mm512_set1_epi32(cs[k]);
+            const __m512 s = _mm512_set1_ps(so[k]);
+            const __m512i lo = _mm512_sub_epi32(_mm512_sub_epi32(I[h][bb][0], _mm512_slli_epi32(I[h][bb][1], 4)), c);
+            const __m512i hi = _mm512_sub_epi32(I[h][bb][1], c);
+            float *a = acc + (size_t)h * hd + KVQ_QK * (b + bb);
+            _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s, _mm512_loadu_ps(a)));
+            _mm512_storeu_ps(a + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), s, _mm512_loadu_ps(a + 16)));
+        }
+}
+
+VBMI_VNNI_AI void av_q4i_rows(const uint8_t *v, size_t rb, int np, const float *w, const float *f, int hd,
+                              float *acc, const float *D, int pf, const int NB, const int NH) {
+    int16_t Wq[4 * NB_MAX * BP];
+    float so[4 * NB_MAX];
+    int32_t cs[4 * NB_MAX];
+    if (!wq_rows(w, f, D, np, Wq, so, cs, NB, NH)) return; /* prompt tiles: a query may see none of a block */
+    for (int b = 0; b < NB; b += 2) av_q4i_tile(v, rb, np, Wq, so, cs, acc, hd, b, pf && b == 0, NB, NH);
+}
+
+VBMI_VNNI_AI void av_q4i(const uint8_t *v, size_t rb, int np, const float *w, const float *f, int nr, int hd,
+                         float *acc) {
+    const int nb = hd / KVQ_QK;
+    float D[NB_MAX * BP];
+    gather_scales(v, rb, np, nb, sizeof(kvq_block_q4), D);
+    for (int j = np; j < BP; j++)
+        for (int b = 0; b < nb; b++) D[b * BP + j] = 0.0f; /* w is 0 there too, but D may not be written */
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        const float *wr = w + (size_t)r0 * BP, *fr = f + r0;
+        float *ar = acc + (size_t)r0 * hd;
+        switch (nr - r0 < 4 ? nr - r0 : 4) {
+        case 4: av_q4i_rows(v, rb, np, wr, fr, hd, ar, D, r0 == 0, nb, 4); break;
+        case 3: av_q4i_rows(v, rb, np, wr, fr, hd, ar, D, r0 == 0, nb, 3); break;
+        case 2: av_q4i_rows(v, rb, np, wr, fr, hd, ar, D, r0 == 0, nb, 2); break;
+        default: av_q4i_rows(v, rb, np, wr, fr, hd, ar, D, r0 == 0, nb, 1); break;
+        }
+    }
+}
+
+VBMI_VNNI static void av_blk_q4(const uint8_t *v, size_t rb, int np, const float *w, const float *f, int nr, int hd,
+                                float *acc) {
+    if (np == BP && rb == kvq_kv_row_bytes(KVQ_CACHE_Q4, hd))
+        BY_HD(hd, BY_NR(nr, av_q4i(v, kvq_kv_row_bytes(KVQ_CACHE_Q4, HD), BP, w, f, NR, HD, acc)))
+    else
+        av_q4i(v, rb, np, w, f, nr, hd, acc);
+}
+
+static int use_blk(void) {
+    static int v = -1;
+    int x = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (x < 0) {
+        __builtin_cpu_init();
+        x = __builtin_cpu_supports("avx512vbmi") != 0;
+        __atomic_store_n(&v, x, __ATOMIC_RELAXED);
+    }
+    return x && use_vnni();
+}
+
+static void av_blk(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const float *w, const float *f, int nr,
+                   int hd, float *acc) {
+    if (tv == KVQ_CACHE_Q4 && hd % 64 == 0 && use_blk()) {
+        av_blk_q4(v, rb, np, w, f, nr, hd, acc);
+        return;
+    }
+    float ws[BP]; /* other shapes: f folded into the weights, the f32 path */
+    for (int r = 0; r < nr; r++) {
+        for (int j = 0; j < np; j++) ws[j] = w[(size_t)r * BP + j] * f[r];
+        av(tv, v, rb, np, ws, 1, hd, acc + (size_t)r * hd);
+    }
+}
+
+static unsigned av_blk_types(void) { return use_blk() ? 1u << KVQ_CACHE_Q4 : 0u; }
+
 /* ---- rotation ---- */
 
 /* The reference's butterflies in the same order, so the result is bitwise
@@ -683,6 +850,8 @@ const kvq_attn_kernels kvq_attn_avx512 = {
     .q_prep = q_prep,
     .qk = qk,
     .av = av,
+    .av_blk = av_blk,
+    .av_blk_types = av_blk_types,
     .exp_sum = exp_sum,
     .max = vmax,
     .hadamard = hadamard,
