@@ -613,8 +613,9 @@ static void av(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const flo
 #define VBMI_VNNI __attribute__((target("avx512vnni,avx512vbmi")))
 #define VBMI_VNNI_AI VBMI_VNNI static inline __attribute__((always_inline))
 
-/* Weights of NH rows for every V block as int16 (pairs of positions per
- * dword, 0 at and past np), so[k] = f·M/32767 the scale of (row, block) k's
+/* Weights of NH rows for every V block as int16 at Wq + (b·NH + h)·BP
+ * (pairs of positions per dword, 0 at and past np; block-major, so a tile
+ * reads all its rows at constant offsets from one pointer), so[k] = f·M/32767 the scale of (row, block) k's
  * integer sums (M = max |w·d|: q4 scales are signed; 0: nothing to add) and
  * cs[k] = 8·ΣWq (the +8 storage offset, removed in integers). In phases, so
  * the 16 reductions and divisions overlap. Returns whether any row adds. */
@@ -633,28 +634,28 @@ AI int wq_rows(const float *w, const float *f, const float *D, int np, int16_t *
             __m512 mx = _mm512_setzero_ps();
             for (int i = 0; i < BP / 16; i++)
                 mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_mul_ps(wr[h][i], _mm512_loadu_ps(D + b * BP + 16 * i))));
-            M[h * NB + b] = _mm512_reduce_max_ps(mx);
+            M[b * NH + h] = _mm512_reduce_max_ps(mx);
         }
     int live = 0;
     for (int k = 0; k < NH * NB; k++) {
         const int on = M[k] > 0.0f;
         inv[k] = on ? 32767.0f / M[k] : 0.0f;
-        so[k] = f[k / NB] * M[k] * (1.0f / 32767.0f);
+        so[k] = f[k % NH] * M[k] * (1.0f / 32767.0f);
         live |= on;
     }
     if (!live) return 0;
     for (int h = 0; h < NH; h++)
         for (int b = 0; b < NB; b++) {
-            const __m512 sc = _mm512_set1_ps(inv[h * NB + b]);
+            const __m512 sc = _mm512_set1_ps(inv[b * NH + h]);
             __m512i sum = _mm512_setzero_si512();
             for (int i = 0; i < BP / 16; i++) {
                 /* |w·d|·32767/M rounds to ≤ 32767; the saturating pack guards the last ulp */
                 const __m512i q =
                     _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(wr[h][i], _mm512_loadu_ps(D + b * BP + 16 * i)), sc));
                 sum = _mm512_add_epi32(sum, q);
-                _mm256_storeu_si256((__m256i *)(Wq + (h * NB + b) * BP + 16 * i), _mm512_cvtsepi32_epi16(q));
+                _mm256_storeu_si256((__m256i *)(Wq + (b * NH + h) * BP + 16 * i), _mm512_cvtsepi32_epi16(q));
             }
-            cs[h * NB + b] = 8 * _mm512_reduce_add_epi32(sum);
+            cs[b * NH + h] = 8 * _mm512_reduce_add_epi32(sum);
         }
     return 1;
 }
@@ -684,7 +685,7 @@ VBMI_VNNI_AI void av_q4i_tile(const uint8_t *v, size_t rb, int np, const int16_t
                 _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rc + o))));
             const __m512i z1 = _mm512_srli_epi16(z0, 4);
             for (int h = 0; h < NH; h++) {
-                const __m512i wv = _mm512_set1_epi32(*(const int32_t *)(Wq + (h * NB + b + bb) * BP + j));
+                const __m512i wv = _mm512_set1_epi32(*(const int32_t *)(Wq + ((b + bb) * NH + h) * BP + j));
                 /* in asm: GCC (12) accumulates into a copy and moves it back, 2 extra moves per product */
                 __asm__("vpdpwssd %2, %1, %0" : "+v"(I[h][bb][0]) : "v"(z0), "v"(wv));
                 __asm__("vpdpwssd %2, %1, %0" : "+v"(I[h][bb][1]) : "v"(z1), "v"(wv));
@@ -693,7 +694,7 @@ VBMI_VNNI_AI void av_q4i_tile(const uint8_t *v, size_t rb, int np, const int16_t
     }
     for (int h = 0; h < NH; h++)
         for (int bb = 0; bb < 2; bb++) {
-            const int k = h * NB + b + bb;
+            const int k = (b + bb) * NH + h;
             const __m512i c = _mm512_set1_epi32(cs[k]);
             const __m512 s = _mm512_set1_ps(so[k]);
             const __m512i lo = _mm512_sub_epi32(_mm512_sub_epi32(I[h][bb][0], _mm512_slli_epi32(I[h][bb][1], 4)), c);
