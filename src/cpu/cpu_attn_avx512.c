@@ -1,14 +1,14 @@
-/* AVX-512 (F/BW/VL/DQ) attention kernels, with VNNI where the CPU has it.
+/* AVX-512 (F/BW/VL/DQ) attention kernels, with VNNI (and VBMI) where the CPU
+ * has them.
  *
- * q·k with q4 K uses integer dot products: each query row is quantized to
- * int8 per 32-value block (q_prep), vpmaddubsw (or VNNI vpdpbusd) multiplies
- * it with the unsigned nibbles (the +8 storage offset is removed by a
- * precomputed 8·Σq), and the partial sums of 4 query rows — GQA's usual
- * group — are folded so that 128-bit lane b holds block b of all four rows:
- * K and q block scales then apply with one multiply. ~2× fewer instructions
- * than dequantizing K to f32. A lone query row (GQA 1 decode) has its own
- * loop rather than being padded to four. With VNNI, q8 K goes the same way
- * (values flipped to unsigned k+128, corrected by 128·Σq).
+ * q·k with q4 K uses integer dot products with positions in lanes: each
+ * query row is quantized to int8 per 32-value block (q_prep); the nibbles of
+ * one K block for 16 positions are transposed (128-bit loads, one in-lane
+ * 4×4 dword transpose) so int32 lane p holds position p, and vpdpbusd (or
+ * vpmaddubsw without VNNI) against the broadcast query bytes gives each
+ * row's scores in place: no horizontal sums. K scales come by one gather
+ * per block. With VNNI, q8 K goes through int8 too, folding 4 rows per
+ * position (values flipped to unsigned k+128, corrected by 128·Σq).
  *
  * q·k with f32/f16 (and q8 without VNNI) dequantizes 16 values at a time to
  * f32 and FMAs them into NP positions × NH rows of accumulators, reduced by
@@ -17,9 +17,12 @@
  * V is dequantized 16 values at a time (q4 via a 16-entry permute table)
  * into f32 and FMAed into register-resident output tiles; for q8/q4 the
  * block scale is folded into the softmax weight first (w·d per row, block,
- * position), so dequantization is just "integer to float". Measured on a
- * Sapphire Rapids core: ~2 vector ops/cycle, the FMAs (32 per position for
- * 4 rows × 128 values) are the floor, dequantization adds half again. */
+ * position), so dequantization is just "integer to float". With VNNI and
+ * VBMI, q4 V instead takes int16 weights and vpdpwssd over pairs of
+ * positions (av_blk, below).
+ *
+ * The common shapes (head dim 64/128, GQA 4/8, full 64-position blocks) get
+ * their own copies of the kernels through BY_HD / BY_NR. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
