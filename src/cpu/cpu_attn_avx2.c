@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "cpu/cpu_attn_impl.h"
+#include "ref/ref.h"
 
 #define AI static inline __attribute__((always_inline))
 #define BP KVQ_ATTN_BP
@@ -737,6 +738,37 @@ static void av_blk(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const
  * faster (q4_ms 34 -> 30), q8 ~3% (V accumulation ~18%). */
 static unsigned av_blk_types(void) { return 1u << KVQ_CACHE_Q4 | 1u << KVQ_CACHE_Q8; }
 
+/* ---- rotation ---- */
+
+/* The reference's butterflies in the same order (bitwise the same result):
+ * strides ≥ 8 pair whole vectors, strides 4..1 pair lanes of one vector
+ * through a permute, x·(±1) + partner giving the sum or difference with one
+ * rounding, as a + b or a − b does. */
+static void hadamard(float *x, int n) {
+    if (n < 8 || (n & (n - 1))) {
+        kvq_ref_hadamard(x, n);
+        return;
+    }
+    const __m256 s1 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1), s2 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
+    const __m256 s4 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
+    for (int i = 0; i < n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        v = _mm256_fmadd_ps(v, s1, _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));
+        v = _mm256_fmadd_ps(v, s2, _mm256_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));
+        v = _mm256_fmadd_ps(v, s4, _mm256_permute2f128_ps(v, v, 1));
+        _mm256_storeu_ps(x + i, v);
+    }
+    for (int len = 8; len < n; len <<= 1)
+        for (int i = 0; i < n; i += 2 * len)
+            for (int j = i; j < i + len; j += 8) {
+                const __m256 a = _mm256_loadu_ps(x + j), b = _mm256_loadu_ps(x + j + len);
+                _mm256_storeu_ps(x + j, _mm256_add_ps(a, b));
+                _mm256_storeu_ps(x + j + len, _mm256_sub_ps(a, b));
+            }
+    const __m256 sc = _mm256_set1_ps(1.0f / sqrtf((float)n));
+    for (int i = 0; i < n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), sc));
+}
+
 /* ---- softmax helpers ---- */
 
 /* exp(x) for x <= 0: 2^n · p(r), |r| <= ln2/2, degree-6 Taylor (rel. error ~2e-7); x < -87 gives 0. */
@@ -804,5 +836,6 @@ const kvq_attn_kernels kvq_attn_avx2 = {
     .av_blk_types = av_blk_types,
     .exp_sum = exp_sum,
     .max = vmax,
+    .hadamard = hadamard,
     .int8_q = int8_q,
 };
