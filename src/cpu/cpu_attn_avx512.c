@@ -7,8 +7,8 @@
  * 4×4 dword transpose) so int32 lane p holds position p, and vpdpbusd (or
  * vpmaddubsw without VNNI) against the broadcast query bytes gives each
  * row's scores in place: no horizontal sums. K scales come by one gather
- * per block. With VNNI, q8 K goes the same way (bytes flipped to unsigned
- * k+128, corrected by 128·Σq).
+ * per block. With VNNI, q8 K goes through int8 too, folding 4 rows per
+ * position (values flipped to unsigned k+128, corrected by 128·Σq).
  *
  * q·k with f32/f16 (and q8 without VNNI) dequantizes 16 values at a time to
  * f32 and FMAs them into NP positions × NH rows of accumulators, reduced by
@@ -33,6 +33,10 @@
 #define AI static inline __attribute__((always_inline))
 #define BP KVQ_ATTN_BP
 #define NB_MAX (KVQ_ATTN_HD_MAX / KVQ_QK)
+
+/* Shuffles within 128-bit lanes on integer vectors. */
+#define SHUF_I(a, b, imm) \
+    _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b), imm))
 
 static size_t block_bytes(kvq_cache_type t) {
     return t == KVQ_CACHE_Q8 ? sizeof(kvq_block_q8) : sizeof(kvq_block_q4);
@@ -177,34 +181,35 @@ AI float quant32(const float *x, __m512i *v0, __m512i *v1) {
 }
 
 /* Per query row and K block: the int8 query block in natural order, the
- * correction for the offset of the stored K bytes (q4: nibbles hold q+8;
- * q8 for vpdpbusd: bytes flipped to unsigned q+128), and the q scale. */
+ * correction for the +8 offset of stored nibbles, and the q scale. */
 typedef struct {
     int8_t q[KVQ_QK];
-    int32_t c; /* -offset·Σq */
+    int32_t c; /* -8·Σq */
     float d;
-} qblk;
+} q4blk;
 
-static void qblk_prep(const float *q, int nr, int hd, int offset, void *prep) {
+static void q4_prep(const float *q, int nr, int hd, void *prep) {
     const int nbk = hd / KVQ_QK;
-    qblk *P = prep;
+    q4blk *P = prep;
     for (int r = 0; r < nr; r++)
         for (int b = 0; b < nbk; b++) {
-            qblk *pb = P + (size_t)r * nbk + b;
+            q4blk *pb = P + (size_t)r * nbk + b;
             __m512i v0, v1;
             pb->d = quant32(q + (size_t)r * hd + KVQ_QK * b, &v0, &v1);
             _mm_storeu_si128((__m128i *)pb->q, _mm512_cvtepi32_epi8(v0));
             _mm_storeu_si128((__m128i *)(pb->q + 16), _mm512_cvtepi32_epi8(v1));
-            pb->c = -offset * _mm512_reduce_add_epi32(_mm512_add_epi32(v0, v1));
+            pb->c = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(v0, v1));
         }
 }
 
-/* 16 bytes at offset o of 16 positions' rows, transposed: lane p of R[i] =
- * bytes o+4i..o+4i+3 of position p. Z[kk] 128-bit lane m = position 4m+kk,
- * so one in-lane 4×4 dword transpose leaves the positions in order. */
-AI void transpose16(const uint8_t *const *rp, size_t o, __m512i *R) {
+/* The 16 nibble bytes of block b for 16 positions, transposed: lane p of
+ * R[i] = bytes 4i..4i+3 of position p's block (values 4i.. in the low
+ * nibbles, 16+4i.. in the high). Z[kk] 128-bit lane m = position 4m+kk, so
+ * one in-lane 4×4 dword transpose leaves the positions in order. */
+AI void q4_transpose(const uint8_t *const *rp, int b, __m512i *R) {
     __m512i Z[4];
     for (int kk = 0; kk < 4; kk++) {
+        const size_t o = sizeof(kvq_block_q4) * (size_t)b + 2;
         __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(rp[kk] + o)));
         z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(rp[4 + kk] + o)), 1);
         z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(rp[8 + kk] + o)), 2);
@@ -218,40 +223,19 @@ AI void transpose16(const uint8_t *const *rp, size_t o, __m512i *R) {
     R[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-/* Block b of 16 positions as unsigned bytes: lo[i] lane p = values 4i..4i+3,
- * hi[i] = values 16+4i.. (q4: the nibbles; q8: the bytes flipped by 0x80). */
-AI void k_block(const uint8_t *const *rp, int b, __m512i *lo, __m512i *hi, const int t) {
-    if (t == KVQ_CACHE_Q4) {
-        __m512i R[4];
-        transpose16(rp, sizeof(kvq_block_q4) * (size_t)b + 2, R);
-        for (int i = 0; i < 4; i++) {
-            lo[i] = _mm512_and_si512(R[i], _mm512_set1_epi8(0x0F));
-            hi[i] = _mm512_and_si512(_mm512_srli_epi16(R[i], 4), _mm512_set1_epi8(0x0F));
-        }
-    } else {
-        transpose16(rp, sizeof(kvq_block_q8) * (size_t)b + 2, lo);
-        transpose16(rp, sizeof(kvq_block_q8) * (size_t)b + 18, hi);
-        for (int i = 0; i < 4; i++) {
-            lo[i] = _mm512_xor_si512(lo[i], _mm512_set1_epi8((char)0x80));
-            hi[i] = _mm512_xor_si512(hi[i], _mm512_set1_epi8((char)0x80));
-        }
-    }
-}
-
 #define BCAST32(p) _mm512_set1_epi32(*(const int32_t *)(p))
 
-/* One row's dot with one block of 16 positions, int32 lanes, offset removed.
+/* One row's dot with one block of 16 positions, int32 lanes, +8 offset removed.
  * Two chains: eight dependent vpdpbusd would be latency-bound. */
-VNNI_AI __m512i qblk_dot_vnni(const __m512i *lo, const __m512i *hi, const qblk *pb) {
+VNNI_AI __m512i q4_dot_vnni(const __m512i *lo, const __m512i *hi, const q4blk *pb) {
     __m512i a = _mm512_set1_epi32(pb->c), b = _mm512_setzero_si512();
     for (int i = 0; i < 4; i++) a = _mm512_dpbusd_epi32(a, lo[i], BCAST32(pb->q + 4 * i));
     for (int i = 0; i < 4; i++) b = _mm512_dpbusd_epi32(b, hi[i], BCAST32(pb->q + 16 + 4 * i));
     return _mm512_add_epi32(a, b);
 }
 
-/* q4 with vpmaddubsw: the eight int16 pair sums stay within int16 (≤ 8·2·15·127;
- * q8 bytes would overflow it, so q8 without VNNI takes the f32 path). */
-AI __m512i q4_dot_bw(const __m512i *lo, const __m512i *hi, const qblk *pb) {
+/* Same with vpmaddubsw: the eight int16 pair sums stay within int16 (≤ 8·2·15·127). */
+AI __m512i q4_dot_bw(const __m512i *lo, const __m512i *hi, const q4blk *pb) {
     __m512i a = _mm512_maddubs_epi16(lo[0], BCAST32(pb->q));
     for (int i = 1; i < 4; i++) a = _mm512_add_epi16(a, _mm512_maddubs_epi16(lo[i], BCAST32(pb->q + 4 * i)));
     for (int i = 0; i < 4; i++) a = _mm512_add_epi16(a, _mm512_maddubs_epi16(hi[i], BCAST32(pb->q + 16 + 4 * i)));
@@ -261,10 +245,10 @@ AI __m512i q4_dot_bw(const __m512i *lo, const __m512i *hi, const qblk *pb) {
 /* 16 positions at a time, one int32 lane each, so scores come out in place
  * with no horizontal sums; K scales arrive by one gather per block. Rows go
  * in groups of up to 8 (scores stay in registers); a further group re-reads
- * the 16 positions' bytes from L1. */
-#define QK_INT_BODY(DOT, T)                                                                       \
+ * the 16 positions' nibbles from L1. */
+#define QK_Q4_BODY(DOT)                                                                           \
     const int nbk = hd / KVQ_QK;                                                                \
-    const size_t bsz = T == KVQ_CACHE_Q4 ? sizeof(kvq_block_q4) : sizeof(kvq_block_q8);         \
+    const __m512i m4 = _mm512_set1_epi8(0x0F);                                                  \
     const __m512i ix = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), \
                                           _mm512_set1_epi32((int)rb));                          \
     for (int j0 = 0; j0 < np; j0 += 16) {                                                       \
@@ -280,12 +264,16 @@ AI __m512i q4_dot_bw(const __m512i *lo, const __m512i *hi, const qblk *pb) {
             __m512 sc[8];                                                                       \
             for (int r = 0; r < ng; r++) sc[r] = _mm512_setzero_ps();                           \
             for (int b = 0; b < nbk; b++) {                                                     \
-                __m512i lo[4], hi[4];                                                           \
-                k_block(rp, b, lo, hi, T);                                                      \
-                const __m512 dk = _mm512_cvtph_ps(                                              \
-                    _mm512_cvtepi32_epi16(_mm512_i32gather_epi32(idx, rp[0] + bsz * (size_t)b, 1))); \
+                __m512i R[4], lo[4], hi[4];                                                     \
+                q4_transpose(rp, b, R);                                                         \
+                for (int i = 0; i < 4; i++) {                                                   \
+                    lo[i] = _mm512_and_si512(R[i], m4);                                         \
+                    hi[i] = _mm512_and_si512(_mm512_srli_epi16(R[i], 4), m4);                   \
+                }                                                                               \
+                const __m512 dk = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(                        \
+                    _mm512_i32gather_epi32(idx, rp[0] + sizeof(kvq_block_q4) * (size_t)b, 1))); \
                 for (int r = 0; r < ng; r++) {                                                  \
-                    const qblk *pb = P + (size_t)(r0 + r) * nbk + b;                            \
+                    const q4blk *pb = P + (size_t)(r0 + r) * nbk + b;                           \
                     const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(DOT(lo, hi, pb)), dk);     \
                     sc[r] = _mm512_fmadd_ps(f, _mm512_set1_ps(pb->d), sc[r]);                   \
                 }                                                                               \
@@ -294,26 +282,88 @@ AI __m512i q4_dot_bw(const __m512i *lo, const __m512i *hi, const qblk *pb) {
         }                                                                                       \
     }
 
-AI void qk_q4_hd(const uint8_t *k, size_t rb, int np, const qblk *P, int nr, int hd, float *s) {
-    QK_INT_BODY(q4_dot_bw, KVQ_CACHE_Q4)
+AI void qk_q4_hd(const uint8_t *k, size_t rb, int np, const q4blk *P, int nr, int hd, float *s) {
+    QK_Q4_BODY(q4_dot_bw)
 }
 
-VNNI_AI void qk_int_vnni_hd(const uint8_t *k, size_t rb, int np, const qblk *P, int nr, int hd, float *s,
-                            const int t) {
-    QK_INT_BODY(qblk_dot_vnni, t)
+VNNI_AI void qk_q4_vnni_hd(const uint8_t *k, size_t rb, int np, const q4blk *P, int nr, int hd, float *s) {
+    QK_Q4_BODY(q4_dot_vnni)
 }
 
-static void qk_q4(const uint8_t *k, size_t rb, int np, const qblk *P, int nr, int hd, float *s) {
+static void qk_q4(const uint8_t *k, size_t rb, int np, const q4blk *P, int nr, int hd, float *s) {
     BY_HD(hd, BY_NR(nr, qk_q4_hd(k, rb, np, P, NR, HD, s)))
 }
 
-VNNI static void qk_q4_vnni(const uint8_t *k, size_t rb, int np, const qblk *P, int nr, int hd, float *s) {
-    BY_HD(hd, BY_NR(nr, qk_int_vnni_hd(k, rb, np, P, NR, HD, s, KVQ_CACHE_Q4)))
+VNNI static void qk_q4_vnni(const uint8_t *k, size_t rb, int np, const q4blk *P, int nr, int hd, float *s) {
+    BY_HD(hd, BY_NR(nr, qk_q4_vnni_hd(k, rb, np, P, NR, HD, s)))
 }
 
-VNNI static void qk_q8_vnni(const uint8_t *k, size_t rb, int np, const qblk *P, int nr, int hd, float *s) {
-    BY_HD(hd, BY_NR(nr, qk_int_vnni_hd(k, rb, np, P, NR, HD, s, KVQ_CACHE_Q8)))
+/* ---- q·k, q8 K with VNNI: 4 rows folded per position ---- */
+
+/* Folds 4 rows' int32 lane sums so that 128-bit lane L, element e = row e's
+ * sum over lane L, and accumulates them scaled: za += Σ · dk · dq. */
+AI __m512 fold4(const __m512i *d, const float *dq, __m512 dk, __m512 za) {
+    const __m512i x = _mm512_add_epi32(SHUF_I(d[0], d[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                       SHUF_I(d[0], d[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512i y = _mm512_add_epi32(SHUF_I(d[2], d[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                       SHUF_I(d[2], d[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512i z = _mm512_add_epi32(SHUF_I(x, y, _MM_SHUFFLE(2, 0, 2, 0)), SHUF_I(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(z), _mm512_mul_ps(dk, _mm512_load_ps(dq)), za);
 }
+
+/* VNNI: acc + Σ of four u8·s8 products per int32 lane. */
+#define DPBUSD(acc, u, s) _mm512_dpbusd_epi32(acc, u, _mm512_load_si512(s))
+
+/* Sums over 128-bit lanes for four positions at once (lane k of the result =
+ * position j0+k, element e = row e) and stores the scores of ne rows. */
+AI void store4(const __m512 *z, int np, int j0, int ne, float *sg) {
+    const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m512 u01 = _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
+    w = _mm512_permutexvar_ps(tr, w); /* w[4k + e] -> [4e + k] */
+    const __mmask8 sm = np - j0 >= 4 ? 0xF : (__mmask8)((1u << (np - j0)) - 1);
+    _mm_mask_storeu_ps(sg + j0, sm, _mm512_castps512_ps128(w));
+    if (ne > 1) _mm_mask_storeu_ps(sg + BP + j0, sm, _mm512_extractf32x4_ps(w, 1));
+    if (ne > 2) _mm_mask_storeu_ps(sg + 2 * BP + j0, sm, _mm512_extractf32x4_ps(w, 2));
+    if (ne > 3) _mm_mask_storeu_ps(sg + 3 * BP + j0, sm, _mm512_extractf32x4_ps(w, 3));
+}
+
+/* Groups of 4 rows, 4 positions per step; a last group of one row (GQA 1 decode)
+ * goes 16 positions per step instead of padding to 4 rows. */
+#define QK_INT_BODY(PREP, DOT4, DOT1, NCH)                                                        \
+    const int nbk = hd / KVQ_QK, nch = NCH;                                                     \
+    for (int g = 0; g * 4 < nr; g++) {                                                          \
+        const PREP *G = P + (size_t)g * nch;                                                    \
+        const int ne = nr - 4 * g < 4 ? nr - 4 * g : 4;                                         \
+        float *sg = s + 4 * g * BP;                                                             \
+        if (ne == 1) {                                                                          \
+            for (int j0 = 0; j0 < np; j0 += 16) {                                               \
+                __m512 z[16];                                                                   \
+                for (int i = 0; i < 16; i++) {                                                  \
+                    const uint8_t *row = k + (size_t)(j0 + i < np ? j0 + i : np - 1) * rb;      \
+                    if (g == 0) kvq_attn_prefetch_row_l1(row, rb);                              \
+                    z[i] = DOT1(row, G, nbk);                                                   \
+                }                                                                               \
+                float t[16];                                                                    \
+                reduce16(z, t);                                                                 \
+                for (int i = 0; i < 16 && j0 + i < np; i++) sg[j0 + i] = t[i];                  \
+            }                                                                                   \
+            continue;                                                                           \
+        }                                                                                       \
+        for (int j0 = 0; j0 < np; j0 += 4) {                                                    \
+            __m512 z[4];                                                                        \
+            for (int i = 0; i < 4; i++) {                                                       \
+                const uint8_t *row = k + (size_t)(j0 + i < np ? j0 + i : np - 1) * rb;          \
+                if (g == 0) kvq_attn_prefetch_row_l1(row, rb);                                  \
+                z[i] = DOT4(row, G, nbk);                                                       \
+            }                                                                                   \
+            store4(z, np, j0, ne, sg);                                                       \
+        }                                                                                       \
+    }
 
 static int g_vnni = -1;
 
@@ -334,14 +384,107 @@ static int use_vnni(void) {
     return v;
 }
 
+/* ---- q·k, q8 K with VNNI: int8 queries, vpdpbusd ---- */
+
+/* One group of 4 query rows × one chunk of 2 K blocks (64 values, natural
+ * order; int32 lane l covers block l/8). K bytes are flipped to unsigned
+ * (k+128) for vpdpbusd; nc[e][l] = -128·Σq of lane l's four values removes
+ * that again. dq[4L+e] = scale of row e's block L/2 (the fold's layout),
+ * dql[e][l] = scale of block l/8 (one row alone). */
+typedef struct {
+    int8_t q[4][64];
+    int32_t nc[4][16];
+    float dq[16];
+    float dql[4][16];
+} q8prep;
+
+static void q8_prep(const float *q, int nr, int hd, void *prep) {
+    const int nbk = hd / KVQ_QK, nch = (nbk + 1) / 2;
+    q8prep *P = prep;
+    memset(P, 0, (size_t)((nr + 3) / 4) * nch * sizeof *P);
+    for (int r = 0; r < nr; r++) {
+        const int e = r % 4;
+        for (int b = 0; b < nbk; b++) {
+            q8prep *pp = P + (r / 4) * nch + b / 2;
+            const int bb = b % 2;
+            __m512i v0, v1;
+            const float dq = quant32(q + (size_t)r * hd + KVQ_QK * b, &v0, &v1);
+            _mm_storeu_si128((__m128i *)(pp->q[e] + 32 * bb), _mm512_cvtepi32_epi8(v0));
+            _mm_storeu_si128((__m128i *)(pp->q[e] + 32 * bb + 16), _mm512_cvtepi32_epi8(v1));
+            int32_t lanes[32];
+            _mm512_storeu_si512(lanes, v0);
+            _mm512_storeu_si512(lanes + 16, v1);
+            for (int l = 0; l < 8; l++) {
+                pp->nc[e][8 * bb + l] = -128 * (lanes[4 * l] + lanes[4 * l + 1] + lanes[4 * l + 2] + lanes[4 * l + 3]);
+                pp->dql[e][8 * bb + l] = dq;
+            }
+            pp->dq[4 * (2 * bb) + e] = pp->dq[4 * (2 * bb + 1) + e] = dq;
+        }
+    }
+}
+
+/* Values of one 68-byte chunk (2 blocks) as unsigned k+128, and the K scales with lane l -> block l/8. */
+AI void q8_load(const uint8_t *cp, int nb, __m512i *ku, __m512 *dk) {
+    /* Words: block b = 17 words (scale, then 16 of values). A = bytes 0..63,
+     * B = bytes 4..67 (word w of the chunk is word w-2 of B). */
+    static const uint16_t val_words[32] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
+                                           18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 62, 63};
+    static const uint16_t d_words[32] = {0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 17, 17, 17};
+    __m512i A, B;
+    if (nb == 2) {
+        A = _mm512_loadu_si512(cp);
+        B = _mm512_loadu_si512(cp + 4);
+    } else { /* a lone last block: the absent one reads as 0 (its q is 0 too) */
+        A = _mm512_maskz_loadu_epi8((__mmask64)((1ull << 34) - 1), cp);
+        B = _mm512_setzero_si512();
+    }
+    const __m512i k = _mm512_permutex2var_epi16(A, _mm512_loadu_si512(val_words), B);
+    *ku = _mm512_xor_si512(k, _mm512_set1_epi8((char)0x80));
+    *dk = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(d_words), A)));
+}
+
+VNNI_AI __m512 q8_dot4_vnni(const uint8_t *row, const q8prep *G, int nbk) {
+    __m512 za = _mm512_setzero_ps();
+    for (int c = 0; c * 2 < nbk; c++, G++) {
+        __m512i ku, d[4];
+        __m512 dk;
+        q8_load(row + (size_t)c * 2 * sizeof(kvq_block_q8), nbk - 2 * c >= 2 ? 2 : 1, &ku, &dk);
+        for (int e = 0; e < 4; e++) d[e] = DPBUSD(_mm512_load_si512(G->nc[e]), ku, G->q[e]);
+        za = fold4(d, G->dq, dk, za);
+    }
+    return za;
+}
+
+VNNI_AI __m512 q8_dot1_vnni(const uint8_t *row, const q8prep *G, int nbk) {
+    __m512 za = _mm512_setzero_ps();
+    for (int c = 0; c * 2 < nbk; c++, G++) {
+        __m512i ku;
+        __m512 dk;
+        q8_load(row + (size_t)c * 2 * sizeof(kvq_block_q8), nbk - 2 * c >= 2 ? 2 : 1, &ku, &dk);
+        const __m512i d = DPBUSD(_mm512_load_si512(G->nc[0]), ku, G->q[0]);
+        za = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dk, _mm512_load_ps(G->dql[0])), za);
+    }
+    return za;
+}
+
+VNNI_AI void qk_q8_vnni_hd(const uint8_t *k, size_t rb, int np, const q8prep *P, int nr, int hd, float *s) {
+    QK_INT_BODY(q8prep, q8_dot4_vnni, q8_dot1_vnni, (hd / KVQ_QK + 1) / 2)
+}
+
+VNNI static void qk_q8_vnni(const uint8_t *k, size_t rb, int np, const q8prep *P, int nr, int hd, float *s) {
+    BY_HD(hd, qk_q8_vnni_hd(k, rb, np, P, nr, HD, s))
+}
+
 static size_t q_prep_bytes(kvq_cache_type tk, int nr, int hd) {
-    const int ints = tk == KVQ_CACHE_Q4 || (tk == KVQ_CACHE_Q8 && use_vnni());
-    return ints ? (size_t)nr * (size_t)(hd / KVQ_QK) * sizeof(qblk) : 0;
+    const size_t groups = (size_t)((nr + 3) / 4), nbk = (size_t)(hd / KVQ_QK);
+    if (tk == KVQ_CACHE_Q4) return (size_t)nr * nbk * sizeof(q4blk);
+    if (tk == KVQ_CACHE_Q8 && use_vnni()) return groups * ((nbk + 1) / 2) * sizeof(q8prep);
+    return 0;
 }
 
 static void q_prep(kvq_cache_type tk, const float *q, int nr, int hd, void *prep) {
-    if (tk == KVQ_CACHE_Q4) qblk_prep(q, nr, hd, 8, prep);
-    if (tk == KVQ_CACHE_Q8 && use_vnni()) qblk_prep(q, nr, hd, 128, prep);
+    if (tk == KVQ_CACHE_Q4) q4_prep(q, nr, hd, prep);
+    if (tk == KVQ_CACHE_Q8 && use_vnni()) q8_prep(q, nr, hd, prep);
 }
 
 static unsigned int8_q(void) { return 1u << KVQ_CACHE_Q4 | (unsigned)use_vnni() << KVQ_CACHE_Q8; }
