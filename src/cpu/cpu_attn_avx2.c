@@ -716,22 +716,15 @@ AI void avi_spec(const uint8_t *v, size_t rb, int np, const float *w, const floa
         avi_t(v, rb, np, w, f, nr, hd, acc, t);
 }
 
-static void av_blk(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const float *w, const float *f, int nr,
-                   int hd, float *acc) {
-    if (tv == KVQ_CACHE_Q4) {
+static int av_blk(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const float *w, const float *f, int nr,
+                  int hd, float *acc) {
+    if (tv == KVQ_CACHE_Q4)
         avi_spec(v, rb, np, w, f, nr, hd, acc, KVQ_CACHE_Q4);
-        return;
-    }
-    if (tv == KVQ_CACHE_Q8) {
+    else if (tv == KVQ_CACHE_Q8)
         avi_spec(v, rb, np, w, f, nr, hd, acc, KVQ_CACHE_Q8);
-        return;
-    }
-    /* f32/f16 (not in av_blk_types): fold f into the weights, exact f32 path */
-    float ws[BP];
-    for (int r = 0; r < nr; r++) {
-        for (int j = 0; j < np; j++) ws[j] = w[(size_t)r * BP + j] * f[r];
-        av(tv, v, rb, np, ws, 1, hd, acc + (size_t)r * hd);
-    }
+    else
+        return 0;
+    return 1;
 }
 
 /* Measured at llama3-8b, 8k context (kvq-bench attn): q4 end to end ~12%

@@ -755,17 +755,13 @@ static int use_blk(void) {
     return x && use_vnni();
 }
 
-static void av_blk(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const float *w, const float *f, int nr,
-                   int hd, float *acc) {
-    if (tv == KVQ_CACHE_Q4 && hd % 64 == 0 && use_blk()) {
-        av_blk_q4(v, rb, np, w, f, nr, hd, acc);
-        return;
-    }
-    float ws[BP]; /* other shapes: f folded into the weights, the f32 path */
-    for (int r = 0; r < nr; r++) {
-        for (int j = 0; j < np; j++) ws[j] = w[(size_t)r * BP + j] * f[r];
-        av(tv, v, rb, np, ws, 1, hd, acc + (size_t)r * hd);
-    }
+/* Pairs of V blocks per tile: head dims that are not a multiple of 64 go
+ * back to the driver's f32 path. */
+static int av_blk(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const float *w, const float *f, int nr,
+                  int hd, float *acc) {
+    if (tv != KVQ_CACHE_Q4 || hd % 64 != 0 || !use_blk()) return 0;
+    av_blk_q4(v, rb, np, w, f, nr, hd, acc);
+    return 1;
 }
 
 static unsigned av_blk_types(void) { return use_blk() ? 1u << KVQ_CACHE_Q4 : 0u; }

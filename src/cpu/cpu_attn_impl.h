@@ -79,9 +79,11 @@ typedef struct {
      * acc[r*hd + i] += f[r] * Σ_j w[r*KVQ_ATTN_BP + j] * v_j[i], where v starts
      * inside one fixed 64-position span of the cache and w[r] is relative to
      * the row's largest weight in that span (≤ 1), so a kernel may round w per
-     * block and still give decode and prompt evaluation the same result. */
-    void (*av_blk)(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const float *w, const float *f, int nr,
-                   int hd, float *acc);
+     * block and still give decode and prompt evaluation the same result.
+     * Returns 0, touching nothing, for a shape it does not take (the driver
+     * then folds f into w and calls av). */
+    int (*av_blk)(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const float *w, const float *f, int nr,
+                  int hd, float *acc);
     unsigned (*av_blk_types)(void);
     /* x[i] = exp(x[i] - m) for i < n (x[i] = -inf gives 0); returns Σ x[i]. */
     float (*exp_sum)(float *x, int n, float m);

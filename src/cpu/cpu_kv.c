@@ -158,10 +158,13 @@ static void run_item(const plan *p, scratch *sc, int g, int t, int c0, int c1, f
                 sc->l[r] += p->kern->exp_sum(s, np, sc->m[r]);
             }
         }
-        if (blk)
-            p->kern->av_blk(A->type_v, vbase + (size_t)b0 * p->vb, p->vb, np, sc->s, sc->f, nr, hd, sc->acc);
-        else
-            p->kern->av(A->type_v, vbase + (size_t)b0 * p->vb, p->vb, np, sc->s, nr, hd, sc->acc);
+        const uint8_t *vb0 = vbase + (size_t)b0 * p->vb;
+        if (!blk || !p->kern->av_blk(A->type_v, vb0, p->vb, np, sc->s, sc->f, nr, hd, sc->acc)) {
+            if (blk) /* declined: the block-relative weights times f are the plain ones */
+                for (int r = 0; r < nr; r++)
+                    for (int x = 0; x < np; x++) sc->s[(size_t)r * KVQ_ATTN_BP + x] *= sc->f[r];
+            p->kern->av(A->type_v, vb0, p->vb, np, sc->s, nr, hd, sc->acc);
+        }
         b0 += np;
     }
 
