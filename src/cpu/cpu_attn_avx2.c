@@ -495,39 +495,7 @@ AI void av_group(const uint8_t *v, size_t rb, int np, const float *w, int hd, fl
             }
 }
 
-AI void av_t(const uint8_t *v, size_t rb, int np, const float *w, int nr, int hd, float *acc, const int t) {
-    float D[NB_MAX * BP], WD[8 * NB_MAX * BP];
-    if (t == KVQ_CACHE_Q8 || t == KVQ_CACHE_Q4) gather_scales(v, rb, np, hd / KVQ_QK, block_bytes(t), D);
-    int r = 0;
-    for (; nr - r >= 8; r += 8) av_group(v, rb, np, w + r * BP, hd, acc + (size_t)r * hd, D, WD, r == 0, 8, t);
-    if (nr - r >= 4) {
-        av_group(v, rb, np, w + r * BP, hd, acc + (size_t)r * hd, D, WD, r == 0, 4, t);
-        r += 4;
-    }
-    if (nr - r >= 2) {
-        av_group(v, rb, np, w + r * BP, hd, acc + (size_t)r * hd, D, WD, r == 0, 2, t);
-        r += 2;
-    }
-    if (nr - r >= 1) av_group(v, rb, np, w + r * BP, hd, acc + (size_t)r * hd, D, WD, r == 0, 1, t);
-}
-
-/* Full blocks of the common shapes get a copy with every size constant
- * (row stride included: cache rows are packed). */
-AI void av_spec(const uint8_t *v, size_t rb, int np, const float *w, int nr, int hd, float *acc, const int t) {
-    if (np == BP && rb == kvq_kv_row_bytes(t, hd))
-        BY_HD(hd, BY_NR(nr, av_t(v, kvq_kv_row_bytes(t, HD), BP, w, NR, HD, acc, t)))
-    else
-        av_t(v, rb, np, w, nr, hd, acc, t);
-}
-
-static void av(kvq_cache_type tv, const uint8_t *v, size_t rb, int np, const float *w, int nr, int hd, float *acc) {
-    switch (tv) {
-    case KVQ_CACHE_F32: av_spec(v, rb, np, w, nr, hd, acc, KVQ_CACHE_F32); break;
-    case KVQ_CACHE_F16: av_spec(v, rb, np, w, nr, hd, acc, KVQ_CACHE_F16); break;
-    case KVQ_CACHE_Q8: av_spec(v, rb, np, w, nr, hd, acc, KVQ_CACHE_Q8); break;
-    case KVQ_CACHE_Q4: av_spec(v, rb, np, w, nr, hd, acc, KVQ_CACHE_Q4); break;
-    }
-}
+#include "cpu/cpu_attn_av_shell.inc"
 
 /* ---- V from int16 weights (av_blk): q4/q8 V ---- */
 
