@@ -77,8 +77,10 @@ void kvq_detok_free(kvq_detok *d);
 typedef struct kvq_model kvq_model;
 
 typedef struct {
-    const char *backend; /* "cpu", or NULL for the best available */
+    const char *backend; /* "cpu", "vulkan", or NULL/"auto": a real GPU when present, else the CPU */
     int n_threads;       /* 0: all cores */
+    const char *device;  /* GPU device index ("0", "1"...) or part of its name; NULL: the best
+                            (a GPU backend also reads KVQ_VK_DEVICE) */
 } kvq_model_params;
 
 kvq_model_params kvq_model_default_params(void);
@@ -91,7 +93,12 @@ void kvq_model_free(kvq_model *m);
 const kvq_tokenizer *kvq_model_tokenizer(const kvq_model *m);
 int kvq_model_n_vocab(const kvq_model *m);
 int kvq_model_n_ctx_train(const kvq_model *m);
+/* The backend and device in use, e.g. "cpu: 2 threads, avx512". */
 const char *kvq_model_backend_name(const kvq_model *m);
+/* Why automatic selection passed over a preferred backend ("" if it did not). */
+const char *kvq_model_backend_note(const kvq_model *m);
+/* Comma-separated names of the backends built into this library, best first. */
+const char *kvq_backend_names(void);
 /* Bytes of weights one decoded token streams: all of them but the embedding
  * table, of which it reads one row (a tied table counts, as the LM head). */
 size_t kvq_model_weight_bytes(const kvq_model *m);

@@ -24,6 +24,7 @@ struct kvq_model {
     size_t weight_bytes; /* all uploaded weights */
     size_t embed_bytes;  /* of which the embedding table */
     char desc[256];
+    char backend_note[512]; /* why auto selection passed over a backend ("" if it did not) */
 };
 
 /* model_load.c: reads dir into desc structs checked against config.json, uploads them. */
