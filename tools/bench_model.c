@@ -78,7 +78,7 @@ int kvq_bench_model(int argc, char **argv) {
         if (t1 - t0 < best_pp) best_pp = t1 - t0;
         if (t2 - t1 < best_tg) best_tg = t2 - t1;
     }
-    double bw = kvq_bench_mem_bw_gbs(threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    double bw = kvq_bench_model_bw_gbs(m, threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     double wbytes = (double)kvq_model_weight_bytes(m);
     double kv_avg = (double)kvq_kv_bytes_total(c) * ((double)pp + (double)tg / 2) / (double)(pp + tg);
     double tok_bytes = wbytes + kv_avg, tg_tps = (double)tg / best_tg;
