@@ -47,7 +47,7 @@ static int setup(void **s) {
             r->be = be;
             r->split = split;
             /* both sum in f32 (in their own orders); the CPU's bound is tests/test_matmul.c's */
-            r->tol = vk ? 1e-5 : 1e-5;
+            r->tol = 1e-5;
             snprintf(r->label, sizeof r->label, "%s%s", be->name, split ? "(split)" : "");
             print_message("backend %s: %s\n", r->label, be->describe(r->b));
             n_runners++;
