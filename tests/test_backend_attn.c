@@ -48,7 +48,7 @@ static int setup(void **state) {
         /* cpu: int8-quantized queries on the q8/q4 paths (see test_kv_attn.c) cost up to ~1%;
          * vulkan: f32 arithmetic throughout, only summation order and exp differ. */
         int vk = strcmp(be->name, "vulkan") == 0;
-        g_bk[g_n++] = (backend){be, b, vk ? 1e-4 : 2e-2, vk};
+        g_bk[g_n++] = (backend){be, b, vk ? 2e-5 : 2e-2, vk};
     }
     return 0;
 }
@@ -283,7 +283,8 @@ static void test_store_bytes(void **state) {
                         case 3: r[j] = u * 1e9f; break;   /* scale clamps to 65504 */
                         case 4: r[j] = (float)((j % 33) - 16) * 0.5f; break;  /* halves, ties */
                         case 5: r[j] = j % 2 ? 8.0f : -8.0f; break;           /* |max| tie, both signs */
-                        case 6: r[j] = (float)(j % 17) * 127.0f / 16.0f; break;
+                        case 6: r[j] = j == 0 ? 127.0f : (float)(j % 32 - 16) + 0.5f; break; /* q8: d = 1, halves */
+                        case 8: r[j] = j == 0 ? -8.0f : (float)(j % 15 - 7) + 0.5f; break;  /* q4: d = 1, halves */
                         case 7: r[j] = u * 70000.0f; break; /* f16 overflow to inf */
                         default: r[j] = u * (float)(t % 5 + 1); break;
                         }
@@ -328,7 +329,7 @@ static void test_split_buffers(void **state) {
     kvq_bctx *b = start(be);
     unsetenv("KVQ_VK_MAX_BUFFER");
     if (!b) skip();
-    backend k = {be, b, 1e-4, 1};
+    backend k = {be, b, 2e-5, 1};
     attn_case c = {.hd = 64, .n_kv = 2, .n_rep = 2, .n_ctx = 64, .tk = KVQ_CACHE_Q8, .tv = KVQ_CACHE_Q4, .rk = 1,
                    .n_steps = 2, .steps = {{0, 50, 50}, {50, 1, 1}}};
     run_case(&k, &c, 700);
