@@ -97,8 +97,10 @@ typedef struct kvq_backend {
     void (*matmul)(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n);
     /* y = x / rms(x) * g, per row of dim values; x and y may alias. */
     void (*rms_norm)(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps);
-    /* In-place rotate-half RoPE on x[n][n_heads*head_dim] at positions pos0.. ; inv_freq holds head_dim/2 floats. */
-    void (*rope)(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const kvq_buf *inv_freq);
+    /* In-place rotate-half RoPE on x[n][n_heads*head_dim] at positions pos0.. ; inv_freq: head_dim/2
+     * host floats, the same array for the life of the model (a backend may form cos/sin tables on
+     * the host in double precision: float angles are far off at long positions). */
+    void (*rope)(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq);
     /* gate = silu(gate) * up, over count values. */
     void (*swiglu)(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count);
     /* acc += x, over count values. */

@@ -47,16 +47,12 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
         (s = kvq_st_open_dir(&st, dir)) || (s = pick_backend(m, p)) || (s = kvq_model_load_weights(m, dir, &st)))
         goto fail;
     int half = m->hp.head_dim / 2;
-    float *freqs = malloc(sizeof(float) * (size_t)half);
-    m->rope_freqs = freqs ? m->be->buf_new(m->bctx, sizeof(float) * (size_t)half) : NULL;
+    m->rope_freqs = malloc(sizeof(float) * (size_t)half);
     if (!m->rope_freqs) {
-        free(freqs);
         s = kvq_fail(KVQ_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    kvq_hparams_rope_freqs(&m->hp, freqs);
-    m->be->buf_write(m->bctx, m->rope_freqs, 0, freqs, sizeof(float) * (size_t)half);
-    free(freqs);
+    kvq_hparams_rope_freqs(&m->hp, m->rope_freqs);
     kvq_st_close(&st); /* the backend holds its own copies now */
     const kvq_hparams *hp = &m->hp;
     snprintf(m->desc, sizeof m->desc, "%s, %d layers, hidden %d, heads %d/%d x %d, vocab %d, %s, %.1f MiB of weights",
@@ -86,10 +82,10 @@ void kvq_model_free(kvq_model *m) {
         if (m->lm_head != m->embed) be->weight_free(m->bctx, m->lm_head);
         be->weight_free(m->bctx, m->embed);
         be->weight_free(m->bctx, m->out_norm);
-        be->buf_free(m->bctx, m->rope_freqs);
         be->release(m->bctx);
     }
     free(m->layers);
+    free(m->rope_freqs);
     kvq_tokenizer_free(m->tok);
     kvq_hparams_free(&m->hp);
     free(m);

@@ -20,7 +20,7 @@ struct kvq_model {
     kvq_bctx *bctx;
     kvq_wt *embed, *out_norm, *lm_head; /* lm_head == embed when tied */
     kvq_layer *layers;
-    kvq_buf *rope_freqs; /* head_dim/2 floats */
+    float *rope_freqs; /* head_dim/2 inverse frequencies (host) */
     size_t weight_bytes; /* all uploaded weights */
     size_t embed_bytes;  /* of which the embedding table */
     char desc[256];

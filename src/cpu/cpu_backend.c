@@ -163,7 +163,7 @@ static void cpu_rms_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf
     }
 }
 
-static void cpu_rope(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const kvq_buf *inv_freq) {
+static void cpu_rope(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq) {
     int half = head_dim / 2;
 #pragma omp parallel for num_threads(b->n_threads) if (n > 1)
     for (int t = 0; t < n; t++) {
@@ -172,7 +172,7 @@ static void cpu_rope(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, 
         for (int i0 = 0; i0 < half; i0 += 256) {
             int cnt = half - i0 < 256 ? half - i0 : 256;
             for (int i = 0; i < cnt; i++) {
-                double ang = (double)(pos0 + t) * inv_freq->data[i0 + i];
+                double ang = (double)(pos0 + t) * inv_freq[i0 + i];
                 cs[2 * i] = (float)cos(ang);
                 cs[2 * i + 1] = (float)sin(ang);
             }

@@ -15,7 +15,7 @@
 #ifndef KVQ_VK_INTERNAL_H
 #define KVQ_VK_INTERNAL_H
 
-#include <vulkan/vulkan.h>
+#include "vulkan/vk_fns.h" /* Vulkan headers without prototypes + the loaded entry points */
 
 #include "backend.h"
 
@@ -83,19 +83,26 @@ struct kvq_bctx {
     VkDescriptorPool dpool;
     int dsets_used, dsets_cap;
     VkQueryPool qpool;            /* two timestamps around each submit, when supported */
+    uint32_t ts_bits;             /* timestampValidBits of the queue family */
     double last_ms;
 
     kvq_buf *dummy;               /* bound to unused bindings */
     kvq_buf *stage;               /* host-visible ring: buf_write sources and vk_stage data */
+    kvq_buf *readback;            /* host-visible buffer buf_read copies through */
     size_t stage_used;
     kvq_buf *scratch[8];          /* vk_scratch slots */
+    struct {                      /* RoPE cos/sin table staged for this submit (shared by the layers) */
+        const float *inv_freq;
+        int pos0, n, half;
+        vk_bind tab;
+    } rope;
 
     vk_pipe pipes[VK_MAX_PIPES];
     int n_pipes;
 
     kvq_status err;               /* first error since the last submit */
     char err_msg[512];
-    char desc[256];
+    char desc[384];
 };
 
 /* ---- vk_core.c ---- */

@@ -1,4 +1,4 @@
-/* The SPIR-V of shaders/*.comp, embedded at build time (cmake/vk_embed.cmake). */
+/* The SPIR-V of the shaders/ .comp files, embedded at build time (cmake/vk_embed.cmake). */
 #ifndef KVQ_VK_SPIRV_H
 #define KVQ_VK_SPIRV_H
 
