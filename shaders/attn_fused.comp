@@ -29,6 +29,7 @@ layout(push_constant) uniform PC {
     uint kbase, vbase, krow_words, vrow_words;
     uint blk_per_split; // blocks of BP positions per split (z)
     uint ml_off;        // word offset of the (max, sum) pairs in part
+    uint q_off;         // float offset of this call's first q row
     float scale, hscale;
 } pc;
 
@@ -54,7 +55,7 @@ void main() {
         float v = 0.0;
         if (r < nr) {
             const uint rg = r0 + r, i = rg / pc.n_rep, h = g * pc.n_rep + rg % pc.n_rep;
-            v = q[(i * pc.n_head + h) * HD + d] * pc.scale;
+            v = q[pc.q_off + (i * pc.n_head + h) * HD + d] * pc.scale;
         }
         qs[x] = v;
     }

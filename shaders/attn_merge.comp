@@ -9,7 +9,7 @@ layout(std430, binding = 0) readonly buffer Part { float part[]; };
 layout(std430, binding = 1) writeonly buffer Out { float o[]; };
 
 layout(push_constant) uniform PC {
-    uint n_rows, n_split, n_head, rot_v, ml_off;
+    uint n_rows, n_split, n_head, rot_v, ml_off, o_off; // o_off: float offset of this call's first output row
     float hscale;
 } pc;
 
@@ -46,5 +46,5 @@ void main() {
         for (uint d = tid; d < HD; d += 64u) xs[d] *= pc.hscale;
         barrier();
     }
-    for (uint d = tid; d < HD; d += 64u) o[row * HD + d] = xs[d];
+    for (uint d = tid; d < HD; d += 64u) o[pc.o_off + row * HD + d] = xs[d];
 }

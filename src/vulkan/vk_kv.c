@@ -156,6 +156,51 @@ static int attn_rows(int rows, int hd) {
     return r < rmax ? r : rmax;
 }
 
+/* Queries pos0..pos0+n-1, whose q rows start at float q_off of q and whose
+ * output rows at the same offset of out; the split partials take at most
+ * budget bytes of scratch (the caller sized n for it). */
+static void attn_chunk(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_attn_desc *a, const kvq_buf *q,
+                       kvq_buf *out, int pos0, int n, size_t q_off, size_t budget) {
+    const kvq_kv_desc *d = &kv->d;
+    const int hd = d->head_dim, n_rep = a->n_head / a->n_head_kv, rows = n * n_rep;
+    const int R = attn_rows(rows, hd), n_tiles = (rows + R - 1) / R;
+    const int lo = a->window > 0 && pos0 - a->window + 1 > 0 ? pos0 - a->window + 1 : 0;
+    const int nb = (pos0 + n - 1) / ATTN_BP - lo / ATTN_BP + 1;
+    const size_t nr = (size_t)n * a->n_head, split_bytes = nr * (size_t)(hd + 2) * sizeof(float);
+    const int items = n_tiles * a->n_head_kv;
+    int split = (ATTN_TARGET_WG + items - 1) / items, smax = (nb + ATTN_MIN_BLOCKS - 1) / ATTN_MIN_BLOCKS;
+    if ((size_t)smax > budget / split_bytes) smax = (int)(budget / split_bytes);
+    if (split > smax) split = smax;
+    if (split < 1) split = 1;
+    const int bps = (nb + split - 1) / split;
+    split = (nb + bps - 1) / bps;
+
+    const size_t acc_words = (size_t)split * nr * hd;
+    kvq_buf *part = vk_scratch(b, 0, (size_t)split * split_bytes);
+    if (!part) return;
+    struct {
+        uint32_t n, pos0, n_ctx, n_head, n_rep, window, type_k, type_v, rot_k, kbase, vbase, krow, vrow, bps, ml_off,
+            q_off;
+        float scale, hscale;
+    } pc = {(uint32_t)n, (uint32_t)pos0, (uint32_t)d->n_ctx, (uint32_t)a->n_head, (uint32_t)n_rep,
+            (uint32_t)(a->window > 0 ? a->window : 0), (uint32_t)d->type_k, (uint32_t)d->type_v, (uint32_t)!!d->rotate_k,
+            0, 0, (uint32_t)(kv->row[0] / 4), (uint32_t)(kv->row[1] / 4), (uint32_t)bps, (uint32_t)acc_words,
+            (uint32_t)q_off, a->scale, 1.0f / sqrtf((float)hd)};
+    const kvq_buf *kb = layer_buf(kv, 0, layer, &pc.kbase), *vb = layer_buf(kv, 1, layer, &pc.vbase);
+    const uint32_t spec[2] = {(uint32_t)hd, (uint32_t)R};
+    vk_bind bind[4] = {vk_whole(q), vk_whole(kb), vk_whole(vb), vk_whole(part)};
+    vk_dispatch(b, vk_pipe_get(b, "attn_fused", spec, 2), bind, 4, &pc, sizeof pc, (uint32_t)n_tiles,
+                (uint32_t)a->n_head_kv, (uint32_t)split);
+
+    struct {
+        uint32_t n_rows, n_split, n_head, rot_v, ml_off, o_off;
+        float hscale;
+    } mc = {(uint32_t)nr, (uint32_t)split, (uint32_t)a->n_head, (uint32_t)!!d->rotate_v, (uint32_t)acc_words,
+            (uint32_t)q_off, 1.0f / sqrtf((float)hd)};
+    vk_bind mb[2] = {vk_whole(part), vk_whole(out)};
+    vk_dispatch(b, vk_pipe_get(b, "attn_merge", spec, 1), mb, 2, &mc, sizeof mc, (uint32_t)a->n_head, (uint32_t)n, 1);
+}
+
 void kvq_vk_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_attn_desc *a, const kvq_buf *q,
                       kvq_buf *out, int pos0, int n) {
     const kvq_kv_desc *d = &kv->d;
@@ -166,45 +211,20 @@ void kvq_vk_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_att
                  layer, pos0, pos0 + n - 1, a->n_head, a->n_head_kv);
         return;
     }
-    const int hd = d->head_dim, n_rep = a->n_head / a->n_head_kv, rows = n * n_rep;
-    const int R = attn_rows(rows, hd), n_tiles = (rows + R - 1) / R;
-    const int lo = a->window > 0 && pos0 - a->window + 1 > 0 ? pos0 - a->window + 1 : 0;
-    const int nb = (pos0 + n - 1) / ATTN_BP - lo / ATTN_BP + 1;
-    int items = n_tiles * a->n_head_kv;
-    int split = (ATTN_TARGET_WG + items - 1) / items, smax = (nb + ATTN_MIN_BLOCKS - 1) / ATTN_MIN_BLOCKS;
-    if (split > smax) split = smax;
-    if (split < 1) split = 1;
-    const int bps = (nb + split - 1) / split;
-    split = (nb + bps - 1) / bps;
-
-    const size_t nr = (size_t)n * a->n_head, acc_words = (size_t)split * nr * hd;
-    if (acc_words + (size_t)split * nr * 2 > UINT32_MAX) {
-        vk_error(b, KVQ_ERR_UNSUPPORTED, "vulkan: attention over %d queries x %d heads is too large for one call", n,
-                 a->n_head);
+    /* Long prompts go in chunks of queries so the partials stay one bindable
+     * buffer (vk_scratch adds a quarter on top) with 32-bit word offsets. */
+    size_t budget = (size_t)(b->max_buffer < UINT32_MAX ? b->max_buffer : UINT32_MAX) / 2;
+    const size_t per_query = (size_t)a->n_head * (d->head_dim + 2) * sizeof(float);
+    if (budget < per_query) {
+        vk_error(b, KVQ_ERR_UNSUPPORTED, "vulkan: attention scratch for one query (%zu bytes) exceeds the buffer limit",
+                 per_query);
         return;
     }
-    kvq_buf *part = vk_scratch(b, 0, (acc_words + (size_t)split * nr * 2) * sizeof(float));
-    if (!part) return;
-    struct {
-        uint32_t n, pos0, n_ctx, n_head, n_rep, window, type_k, type_v, rot_k, kbase, vbase, krow, vrow, bps, ml_off;
-        float scale, hscale;
-    } pc = {(uint32_t)n, (uint32_t)pos0, (uint32_t)d->n_ctx, (uint32_t)a->n_head, (uint32_t)n_rep,
-            (uint32_t)(a->window > 0 ? a->window : 0), (uint32_t)d->type_k, (uint32_t)d->type_v, (uint32_t)!!d->rotate_k,
-            0, 0, (uint32_t)(kv->row[0] / 4), (uint32_t)(kv->row[1] / 4), (uint32_t)bps, (uint32_t)acc_words,
-            a->scale, 1.0f / sqrtf((float)hd)};
-    const kvq_buf *kb = layer_buf(kv, 0, layer, &pc.kbase), *vb = layer_buf(kv, 1, layer, &pc.vbase);
-    const uint32_t spec[2] = {(uint32_t)hd, (uint32_t)R};
-    vk_bind bind[4] = {vk_whole(q), vk_whole(kb), vk_whole(vb), vk_whole(part)};
-    vk_dispatch(b, vk_pipe_get(b, "attn_fused", spec, 2), bind, 4, &pc, sizeof pc, (uint32_t)n_tiles,
-                (uint32_t)a->n_head_kv, (uint32_t)split);
-
-    struct {
-        uint32_t n_rows, n_split, n_head, rot_v, ml_off;
-        float hscale;
-    } mc = {(uint32_t)nr, (uint32_t)split, (uint32_t)a->n_head, (uint32_t)!!d->rotate_v, (uint32_t)acc_words,
-            1.0f / sqrtf((float)hd)};
-    vk_bind mb[2] = {vk_whole(part), vk_whole(out)};
-    vk_dispatch(b, vk_pipe_get(b, "attn_merge", spec, 1), mb, 2, &mc, sizeof mc, (uint32_t)a->n_head, (uint32_t)n, 1);
+    const int chunk = budget / per_query < (size_t)n ? (int)(budget / per_query) : n;
+    for (int q0 = 0; q0 < n; q0 += chunk) {
+        const int nq = n - q0 < chunk ? n - q0 : chunk;
+        attn_chunk(b, kv, layer, a, q, out, pos0 + q0, nq, (size_t)q0 * a->n_head * d->head_dim, budget);
+    }
 }
 
 kvq_status kvq_vk_kv_read(kvq_bctx *b, const kvq_kvbuf *kv, int layer, int v, void *dst) {
