@@ -79,3 +79,12 @@ double kvq_tool_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+int kvq_tool_version(const char *prog, int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--version")) {
+            printf("%s %s\n", prog, kvq_version());
+            return 1;
+        }
+    return 0;
+}
