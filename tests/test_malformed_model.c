@@ -1,7 +1,7 @@
 /* The malformed-model corpus: one synthetic checkpoint per broken thing (tests/
  * malformed_model.c writes them; nothing binary is committed). For every case the
  * library must fail with one line naming the file and the problem and free what it
- * had (ASan/LSan builds check that), and kvq-chat must exit 1 with that one line. */
+ * had (ASan/LSan builds check that), and kvq-chat and kvq-ppl must exit 1 with that one line. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,18 +30,29 @@ static void expect_lib_error(const char *dir, const char *file, const char *prob
         fail_msg("%s: message '%s' should be one line naming '%s' and '%s'", dir, msg, file, problem);
 }
 
-/* Runs kvq-chat on dir and expects exit 1 with one stderr line naming file and problem. */
+/* Runs kvq-chat and kvq-ppl on dir and expects exit 1 with one stderr line naming file and problem. */
 static void expect_tool_error(const char *dir, const char *file, const char *problem) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s/kvq-chat -m '%s' -p ab -n 1 2>&1 >/dev/null", KVQ_TOOLS_DIR, dir);
-    int st;
-    char *err = tu_run(cmd, &st);
-    size_t len = strlen(err);
-    int one_line = len > 0 && err[len - 1] == '\n' && !memchr(err, '\n', len - 1);
-    if (st != 1 || !one_line || strncmp(err, "kvq-chat: ", 10) || !strstr(err, file) || !strstr(err, problem))
-        fail_msg("kvq-chat on %s: exit %d, stderr '%s'; want exit 1 and one line naming '%s' and '%s'", dir, st, err, file,
-                 problem);
-    free(err);
+    char text[1024];
+    snprintf(text, sizeof text, "%s/text.txt", tu_tmpdir());
+    FILE *f = fopen(text, "w");
+    assert_non_null(f);
+    fputs("ab ab ab ab ab ab ab ab ab ab ab ab\n", f);
+    fclose(f);
+    static const char *const tools[2][2] = {{"kvq-chat", "-p ab -n 1"}, {"kvq-ppl", "-c 4 -f "}};
+    for (int k = 0; k < 2; k++) {
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "%s/%s -m '%s' %s%s 2>&1 >/dev/null", KVQ_TOOLS_DIR, tools[k][0], dir, tools[k][1],
+                 k ? text : "");
+        int st;
+        char *err = tu_run(cmd, &st);
+        size_t len = strlen(err), pl = strlen(tools[k][0]);
+        int one_line = len > 0 && err[len - 1] == '\n' && !memchr(err, '\n', len - 1);
+        if (st != 1 || !one_line || strncmp(err, tools[k][0], pl) || strncmp(err + pl, ": ", 2) || !strstr(err, file) ||
+            !strstr(err, problem))
+            fail_msg("%s on %s: exit %d, stderr '%s'; want exit 1 and one line naming '%s' and '%s'", tools[k][0], dir, st, err,
+                     file, problem);
+        free(err);
+    }
 }
 
 static const char *CODEBOOKS = "model.layers.0.self_attn.k_proj.codebooks";
