@@ -92,8 +92,10 @@ KVQ_API void kvq_detok_free(kvq_detok *d);
 typedef struct kvq_model kvq_model;
 
 typedef struct {
-    const char *backend; /* "cpu", or NULL for the best available */
+    const char *backend; /* "cpu", "vulkan", or NULL/"auto": a real GPU when present, else the CPU */
     int n_threads;       /* 0: all cores */
+    const char *device;  /* GPU device index ("0", "1"...) or part of its name; NULL: the best
+                            (a GPU backend also reads KVQ_VK_DEVICE) */
 } kvq_model_params;
 
 KVQ_API kvq_model_params kvq_model_default_params(void);
@@ -106,7 +108,12 @@ KVQ_API void kvq_model_free(kvq_model *m);
 KVQ_API const kvq_tokenizer *kvq_model_tokenizer(const kvq_model *m);
 KVQ_API int kvq_model_n_vocab(const kvq_model *m);
 KVQ_API int kvq_model_n_ctx_train(const kvq_model *m);
+/* The backend and device in use, e.g. "cpu: 2 threads, avx512". */
 KVQ_API const char *kvq_model_backend_name(const kvq_model *m);
+/* Why automatic selection passed over a preferred backend ("" if it did not). */
+KVQ_API const char *kvq_model_backend_note(const kvq_model *m);
+/* Comma-separated names of the backends built into this library, best first. */
+KVQ_API const char *kvq_backend_names(void);
 /* Bytes of weights one decoded token streams: all of them but the embedding
  * table, of which it reads one row (a tied table counts, as the LM head). */
 KVQ_API size_t kvq_model_weight_bytes(const kvq_model *m);

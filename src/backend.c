@@ -1,3 +1,4 @@
+#include <stdio.h>
 #include <string.h>
 
 #include "backend.h"
@@ -6,6 +7,9 @@
  * ahead of the CPU one when it is compiled in; it fails init() cleanly where
  * no device exists and the loader falls through to the next. */
 static const kvq_backend *const g_backends[] = {
+#ifdef KVQ_HAVE_VULKAN
+    &kvq_backend_vulkan,
+#endif
     &kvq_backend_cpu,
 };
 
@@ -19,4 +23,14 @@ const kvq_backend *kvq_backend_find(const char *name) {
     for (int i = 0; i < kvq_backend_count(); i++)
         if (strcmp(g_backends[i]->name, name) == 0) return g_backends[i];
     return NULL;
+}
+
+const char *kvq_backend_names(void) {
+    static char names[128];
+    if (!names[0])
+        for (int i = 0; i < kvq_backend_count(); i++) {
+            size_t l = strlen(names);
+            snprintf(names + l, sizeof names - l, "%s%s", i ? ", " : "", g_backends[i]->name);
+        }
+    return names;
 }

@@ -5,9 +5,16 @@
  * issued in order and a backend may only record them (a GPU backend builds a
  * command buffer); results become visible to the host at buf_read, the single
  * sync point per forward. Ops cannot fail individually: a backend remembers
- * its first error and reports it from buf_read/sync.
+ * its first error and reports it from the next buf_read (or flush), then
+ * forgets it. Host pointers passed to any entry are only read during the call
+ * unless the entry says otherwise.
  *
- * Activations are row-major f32 matrices [n tokens][width]. */
+ * Limits of one backend (head sizes, buffer sizes, formats) stay in that
+ * backend: it rejects what it cannot run in init, weight_supported/
+ * weight_upload or kv_new, with a message naming the limit.
+ *
+ * Activations are row-major f32 matrices [n tokens][width]. Sizes and offsets
+ * are in bytes unless named count/n. */
 #ifndef KVQ_BACKEND_H
 #define KVQ_BACKEND_H
 
@@ -23,7 +30,9 @@ typedef struct kvq_wt kvq_wt;       /* an uploaded weight, in the backend's own 
 typedef struct kvq_kvbuf kvq_kvbuf; /* KV cache storage for all layers */
 
 typedef struct {
-    int n_threads; /* CPU threads (0: all cores) */
+    int n_threads;      /* CPU threads (0: all cores); a GPU backend uses them for host work */
+    const char *device; /* device index ("1") or part of its name; NULL/"": the backend's best */
+    int allow_software; /* 0: refuse software devices (llvmpipe/lavapipe) when device is not named */
 } kvq_backend_opts;
 
 /* Shape and storage of a KV cache. Row (layer l, kv head h, position p) holds
@@ -45,7 +54,8 @@ typedef struct kvq_backend {
     const char *name; /* "cpu", "vulkan" */
 
     /* ---- lifecycle ---- */
-    /* Creates an instance; fails (with kvq_fail) when the device is unusable here. */
+    /* Creates an instance; fails (with kvq_fail, one line naming the reason:
+     * no loader, no device, device N not found...) when it cannot run here. */
     kvq_status (*init)(const kvq_backend_opts *opts, kvq_bctx **out);
     /* Frees the instance; every buffer/weight/cache made from it must be freed first. */
     void (*release)(kvq_bctx *b);
@@ -56,22 +66,28 @@ typedef struct kvq_backend {
     /* ---- buffers ---- */
     kvq_buf *(*buf_new)(kvq_bctx *b, size_t bytes);         /* NULL + kvq_fail on failure */
     void (*buf_free)(kvq_bctx *b, kvq_buf *buf);
-    /* Host -> device, ordered with the ops issued so far. */
+    /* Host -> device, ordered with the ops issued so far; src has been copied when it returns. */
     void (*buf_write)(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src, size_t n);
-    /* Device -> host; waits for all issued ops (the sync point). */
+    /* Device -> host; waits for all issued ops (the sync point) and reports their first error. */
     kvq_status (*buf_read)(kvq_bctx *b, const kvq_buf *src, size_t off, void *dst, size_t n);
 
     /* ---- weights ---- */
     /* Optional: can this backend run weights of this description? (NULL: all). */
     int (*weight_supported)(kvq_bctx *b, const kvq_weight_desc *d);
-    /* Copies/repacks a checkpoint weight into backend memory. NULL + kvq_fail on failure. */
+    /* Makes a checkpoint weight runnable. The desc's pointers point into the checkpoint
+     * mapping, which the model keeps for its own lifetime: a backend may keep referencing
+     * them (the CPU runs weights in place) or copy/repack (a GPU uploads). The desc struct
+     * itself is only read during the call. NULL + kvq_fail (naming d->name) on failure. */
     kvq_wt *(*weight_upload)(kvq_bctx *b, const kvq_weight_desc *d);
     void (*weight_free)(kvq_bctx *b, kvq_wt *w);
-    /* Bytes the uploaded weight occupies. */
+    /* Bytes the weight occupies in this backend's layout (what one full pass reads). */
     size_t (*weight_bytes)(kvq_bctx *b, const kvq_wt *w);
 
     /* ---- KV cache ---- */
     kvq_kvbuf *(*kv_new)(kvq_bctx *b, const kvq_kv_desc *d); /* NULL + kvq_fail on failure */
+    /* Bytes a cache of desc d takes for its first `positions` positions (all layers, K and V),
+     * in this backend's layout (a GPU may pad rows or keep scales apart). */
+    size_t (*kv_bytes)(kvq_bctx *b, const kvq_kv_desc *d, int positions);
     void (*kv_free)(kvq_bctx *b, kvq_kvbuf *kv);
 
     /* ---- ops (issued in order; n = token rows) ---- */
@@ -81,13 +97,16 @@ typedef struct kvq_backend {
     void (*matmul)(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n);
     /* y = x / rms(x) * g, per row of dim values; x and y may alias. */
     void (*rms_norm)(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps);
-    /* In-place rotate-half RoPE on x[n][n_heads*head_dim] at positions pos0.. ; inv_freq holds head_dim/2 floats. */
-    void (*rope)(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const kvq_buf *inv_freq);
+    /* In-place rotate-half RoPE on x[n][n_heads*head_dim] at positions pos0.. ; inv_freq: head_dim/2
+     * host floats, the same array for the life of the model (a backend may form cos/sin tables on
+     * the host in double precision: float angles are far off at long positions). */
+    void (*rope)(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq);
     /* gate = silu(gate) * up, over count values. */
     void (*swiglu)(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count);
     /* acc += x, over count values. */
     void (*add)(kvq_bctx *b, kvq_buf *acc, const kvq_buf *x, size_t count);
-    /* Byte copy between buffers (e.g. pick the last row before the LM head). */
+    /* Byte copy between buffers (e.g. pick the last row before the LM head); the two ranges
+     * must not overlap (they may be in the same buffer). */
     void (*copy)(kvq_bctx *b, const kvq_buf *src, size_t src_off, kvq_buf *dst, size_t dst_off, size_t bytes);
     /* Stores k,v [n][n_head_kv*head_dim] at positions pos0..pos0+n-1 of layer, quantizing as the cache type says. */
     void (*kv_store)(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, const kvq_buf *v, int pos0, int n);
@@ -95,8 +114,12 @@ typedef struct kvq_backend {
     void (*attention)(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_attn_desc *a,
                       const kvq_buf *q, kvq_buf *out, int pos0, int n);
 
-    /* Optional: submit recorded ops now without reading anything back (NULL: no-op). */
+    /* Optional: submit recorded ops now and wait for them, without reading anything back;
+     * reports the first error like buf_read (NULL: nothing to do). */
     kvq_status (*flush)(kvq_bctx *b);
+    /* Optional: device time in ms of the work submitted by the last buf_read/flush, from
+     * the device's own timers; < 0 when unknown (NULL: not measured). */
+    double (*device_ms)(kvq_bctx *b);
 } kvq_backend;
 
 /* Registry (backend.c): backends compiled into this build, best first. */
@@ -105,5 +128,8 @@ const kvq_backend *kvq_backend_get(int i);
 const kvq_backend *kvq_backend_find(const char *name); /* NULL if not built */
 
 extern const kvq_backend kvq_backend_cpu;
+#ifdef KVQ_HAVE_VULKAN
+extern const kvq_backend kvq_backend_vulkan;
+#endif
 
 #endif

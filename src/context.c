@@ -64,6 +64,7 @@ kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_c
         .type_k = p.type_k, .type_v = p.type_v,
         .rotate_k = want_rotate(p.type_k, p.kv_rotate), .rotate_v = want_rotate(p.type_v, p.kv_rotate),
     };
+    c->kd = kd;
     c->kv = be->kv_new(m->bctx, &kd);
     size_t nb = (size_t)p.n_batch * sizeof(float);
     size_t qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
@@ -149,9 +150,7 @@ const float *kvq_logits_row(const kvq_context *c, int i) {
 }
 
 static size_t kv_bytes(const kvq_context *c, int positions) {
-    const kvq_hparams *hp = &c->m->hp;
-    size_t row = kvq_kv_row_bytes(c->p.type_k, hp->head_dim) + kvq_kv_row_bytes(c->p.type_v, hp->head_dim);
-    return (size_t)hp->n_layer * hp->n_head_kv * (size_t)positions * row;
+    return c->m->be->kv_bytes(c->m->bctx, &c->kd, positions);
 }
 
 size_t kvq_kv_bytes_total(const kvq_context *c) { return kv_bytes(c, c->p.n_ctx); }

@@ -8,6 +8,7 @@ struct kvq_context {
     kvq_model *m;
     kvq_context_params p;
     kvq_kvbuf *kv;
+    kvq_kv_desc kd;  /* shape and types of kv */
     int n_past;
     /* activations for up to p.n_batch tokens, f32 row-major */
     kvq_buf *x;      /* residual stream [n][n_embd] */

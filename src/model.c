@@ -4,30 +4,35 @@
 #include <string.h>
 
 #include "model.h"
+#include "util.h"
 
 kvq_model_params kvq_model_default_params(void) {
-    kvq_model_params p = {.backend = NULL, .n_threads = 0};
+    kvq_model_params p = {.backend = NULL, .n_threads = 0, .device = NULL};
     return p;
 }
 
+/* Picks the backend: a named one must start; "auto" (or NULL) takes the first in
+ * registry order that starts, a GPU backend only on a real device unless one is named.
+ * Why a better backend was passed over is kept for the tools to print. */
 static kvq_status pick_backend(kvq_model *m, const kvq_model_params *p) {
-    kvq_backend_opts o = {.n_threads = p->n_threads};
-    if (p->backend && *p->backend) {
-        m->be = kvq_backend_find(p->backend);
-        if (!m->be) return kvq_fail(KVQ_ERR_UNSUPPORTED, "backend '%s' is not built into this kvq", p->backend);
+    const char *want = p->backend && *p->backend && strcmp(p->backend, "auto") ? p->backend : NULL;
+    int named_dev = p->device && *p->device;
+    kvq_backend_opts o = {.n_threads = p->n_threads, .device = p->device, .allow_software = want != NULL || named_dev};
+    if (want) {
+        m->be = kvq_backend_find(want);
+        if (!m->be) return kvq_fail(KVQ_ERR_UNSUPPORTED, "backend '%s' is not built into this kvq (built: %s)", want, kvq_backend_names());
         return m->be->init(&o, &m->bctx);
     }
     kvq_status s = KVQ_ERR_UNSUPPORTED;
+    m->backend_note[0] = 0;
     for (int i = 0; i < kvq_backend_count() && s != KVQ_OK; i++) {
         m->be = kvq_backend_get(i);
         s = m->be->init(&o, &m->bctx);
+        if (s && i + 1 < kvq_backend_count())
+            snprintf(m->backend_note, sizeof m->backend_note, "%s", kvq_last_error());
     }
+    if (s == KVQ_OK) kvq_clear_error();
     return s;
-}
-
-static kvq_status check_shapes(const kvq_hparams *hp, const char *dir) {
-    if (hp->head_dim > 1024) return kvq_fail(KVQ_ERR_UNSUPPORTED, "%s/config.json: head_dim %d is too large (<= 1024)", dir, hp->head_dim);
-    return KVQ_OK;
 }
 
 kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_model **out) {
@@ -38,20 +43,16 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
     if (!m) return kvq_fail(KVQ_ERR_NOMEM, "out of memory");
     kvq_st st = {0};
     kvq_status s;
-    if ((s = kvq_hparams_load(dir, &m->hp)) || (s = check_shapes(&m->hp, dir)) || (s = kvq_tokenizer_load(dir, &m->tok)) ||
+    if ((s = kvq_hparams_load(dir, &m->hp)) || (s = kvq_tokenizer_load(dir, &m->tok)) ||
         (s = kvq_st_open_dir(&st, dir)) || (s = pick_backend(m, p)) || (s = kvq_model_load_weights(m, dir, &st)))
         goto fail;
     int half = m->hp.head_dim / 2;
-    float *freqs = malloc(sizeof(float) * (size_t)half);
-    m->rope_freqs = freqs ? m->be->buf_new(m->bctx, sizeof(float) * (size_t)half) : NULL;
+    m->rope_freqs = malloc(sizeof(float) * (size_t)half);
     if (!m->rope_freqs) {
-        free(freqs);
         s = kvq_fail(KVQ_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    kvq_hparams_rope_freqs(&m->hp, freqs);
-    m->be->buf_write(m->bctx, m->rope_freqs, 0, freqs, sizeof(float) * (size_t)half);
-    free(freqs);
+    kvq_hparams_rope_freqs(&m->hp, m->rope_freqs);
     kvq_st_close(&st); /* the backend holds its own copies now */
     const kvq_hparams *hp = &m->hp;
     snprintf(m->desc, sizeof m->desc, "%s, %d layers, hidden %d, heads %d/%d x %d, vocab %d, %s, %.1f MiB of weights",
@@ -81,10 +82,10 @@ void kvq_model_free(kvq_model *m) {
         if (m->lm_head != m->embed) be->weight_free(m->bctx, m->lm_head);
         be->weight_free(m->bctx, m->embed);
         be->weight_free(m->bctx, m->out_norm);
-        be->buf_free(m->bctx, m->rope_freqs);
         be->release(m->bctx);
     }
     free(m->layers);
+    free(m->rope_freqs);
     kvq_tokenizer_free(m->tok);
     kvq_hparams_free(&m->hp);
     free(m);
@@ -94,6 +95,7 @@ const kvq_tokenizer *kvq_model_tokenizer(const kvq_model *m) { return m->tok; }
 int kvq_model_n_vocab(const kvq_model *m) { return m->hp.n_vocab; }
 int kvq_model_n_ctx_train(const kvq_model *m) { return m->hp.n_ctx_train; }
 const char *kvq_model_backend_name(const kvq_model *m) { return m->be->describe(m->bctx); }
+const char *kvq_model_backend_note(const kvq_model *m) { return m->backend_note; }
 const char *kvq_model_desc(const kvq_model *m) { return m->desc; }
 size_t kvq_model_weight_bytes(const kvq_model *m) {
     return m->lm_head == m->embed ? m->weight_bytes : m->weight_bytes - m->embed_bytes;

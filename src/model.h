@@ -20,10 +20,11 @@ struct kvq_model {
     kvq_bctx *bctx;
     kvq_wt *embed, *out_norm, *lm_head; /* lm_head == embed when tied */
     kvq_layer *layers;
-    kvq_buf *rope_freqs; /* head_dim/2 floats */
+    float *rope_freqs; /* head_dim/2 inverse frequencies (host) */
     size_t weight_bytes; /* all uploaded weights */
     size_t embed_bytes;  /* of which the embedding table */
     char desc[256];
+    char backend_note[512]; /* why auto selection passed over a backend ("" if it did not) */
 };
 
 /* model_load.c: reads dir into desc structs checked against config.json, uploads them. */

@@ -12,6 +12,7 @@
 static _Thread_local char g_err[1024];
 
 const char *kvq_last_error(void) { return g_err; }
+void kvq_clear_error(void) { g_err[0] = 0; }
 
 kvq_status kvq_fail(kvq_status s, const char *fmt, ...) {
     va_list ap;

@@ -9,6 +9,8 @@
 
 /* Records a one-line error for kvq_last_error() and returns s. */
 kvq_status kvq_fail(kvq_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Forgets the last error (after a fallback made it moot). */
+void kvq_clear_error(void);
 
 /* IEEE half <-> float (exact for all halfs; round-to-nearest-even on the way down). */
 float kvq_f16_to_f32(uint16_t h);

@@ -1,5 +1,7 @@
 #include "testutil.h"
 
+#include "backend.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,4 +87,16 @@ const char *tu_tmpdir(void) {
         if (!mkdtemp(dir)) fail_msg("mkdtemp failed");
     }
     return dir;
+}
+
+kvq_bctx *tu_backend_start(int i, const kvq_backend **be) {
+    *be = kvq_backend_get(i);
+    kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
+    kvq_bctx *b = NULL;
+    if (!*be || (*be)->init(&o, &b) != KVQ_OK) {
+        printf("[ SKIPPED  ] backend %s does not start here: %s\n", *be ? (*be)->name : "?", kvq_last_error());
+        return NULL;
+    }
+    printf("[ BACKEND  ] %s\n", (*be)->describe(b));
+    return b;
 }

@@ -29,6 +29,11 @@ double tu_rel_l2(const float *a, const float *b, size_t n);
 double tu_max_abs_diff(const float *a, const float *b, size_t n);
 /* Runs a shell command, capturing stdout (malloc'd) and exit status. */
 char *tu_run(const char *cmd, int *status);
+/* Starts backend i of the registry for a test (2 threads, software devices allowed);
+ * NULL, with a printed reason, when it cannot start on this machine. */
+struct kvq_backend;
+struct kvq_bctx;
+struct kvq_bctx *tu_backend_start(int i, const struct kvq_backend **be);
 /* Temp directory unique to this process (created once). */
 const char *tu_tmpdir(void);
 

@@ -88,3 +88,9 @@ int kvq_tool_version(const char *prog, int argc, char **argv) {
         }
     return 0;
 }
+
+void kvq_tool_report_backend(const char *prog, const kvq_model *m) {
+    const char *note = kvq_model_backend_note(m);
+    if (note && *note) fprintf(stderr, "%s: %s; using the next backend\n", prog, note);
+    fprintf(stderr, "%s: backend %s\n", prog, kvq_model_backend_name(m));
+}

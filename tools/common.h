@@ -20,6 +20,11 @@ int kvq_tool_parse_float(const char *s, double *out);
  * (main then exits 0); otherwise 0. */
 int kvq_tool_version(const char *prog, int argc, char **argv);
 
+/* Prints the backend and device in use on stderr, with the reason when automatic
+ * selection passed over a GPU backend (one line each). */
+struct kvq_model;
+void kvq_tool_report_backend(const char *prog, const struct kvq_model *m);
+
 /* Monotonic seconds. */
 double kvq_tool_now(void);
 

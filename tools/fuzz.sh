@@ -21,7 +21,7 @@ build=${KVQ_FUZZ_BUILD:-$root/build-fuzz}
 cc=${CC:-$(command -v clang-14 || command -v clang || true)}
 [ -n "$cc" ] || { echo "fuzz.sh: clang not found (install clang-14)" >&2; exit 1; }
 if [ ! -f "$build/CMakeCache.txt" ]; then
-    CC=$cc cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DKVQ_FUZZ=ON -DKVQ_BUILD_TESTS=OFF >/dev/null
+    CC=$cc cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DKVQ_FUZZ=ON -DKVQ_VULKAN=OFF -DKVQ_BUILD_TESTS=OFF >/dev/null
 fi
 cmake --build "$build" -j2 --target "kvq-fuzz-$t" >/dev/null
 shared=$(cd "$root/.." && pwd)/shared

@@ -129,6 +129,11 @@ oom:
     return NULL;
 }
 
+static size_t cpu_kv_bytes(kvq_bctx *b, const kvq_kv_desc *d, int positions) {
+    size_t row = kvq_kv_row_bytes(d->type_k, d->head_dim) + kvq_kv_row_bytes(d->type_v, d->head_dim);
+    return (size_t)d->n_layer * d->n_head_kv * (size_t)positions * row;
+}
+
 static void cpu_kv_free(kvq_bctx *b, kvq_kvbuf *kv) {
     if (!kv) return;
     kvq_free_aligned(kv->k);
@@ -158,22 +163,26 @@ static void cpu_rms_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf
     }
 }
 
-static void cpu_rope(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const kvq_buf *inv_freq) {
+static void cpu_rope(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq) {
     int half = head_dim / 2;
 #pragma omp parallel for num_threads(b->n_threads) if (n > 1)
     for (int t = 0; t < n; t++) {
-        float cs[2 * 512]; /* head_dim <= 1024 is checked at load */
-        for (int i = 0; i < half; i++) {
-            double ang = (double)(pos0 + t) * inv_freq->data[i];
-            cs[2 * i] = (float)cos(ang);
-            cs[2 * i + 1] = (float)sin(ang);
-        }
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x->data + ((size_t)t * n_heads + h) * head_dim;
-            for (int i = 0; i < half; i++) {
-                float a = v[i], c = v[i + half];
-                v[i] = a * cs[2 * i] - c * cs[2 * i + 1];
-                v[i + half] = c * cs[2 * i] + a * cs[2 * i + 1];
+        /* cos/sin for a chunk of frequencies, shared by all heads of the token */
+        float cs[2 * 256];
+        for (int i0 = 0; i0 < half; i0 += 256) {
+            int cnt = half - i0 < 256 ? half - i0 : 256;
+            for (int i = 0; i < cnt; i++) {
+                double ang = (double)(pos0 + t) * inv_freq[i0 + i];
+                cs[2 * i] = (float)cos(ang);
+                cs[2 * i + 1] = (float)sin(ang);
+            }
+            for (int h = 0; h < n_heads; h++) {
+                float *v = x->data + ((size_t)t * n_heads + h) * head_dim + i0;
+                for (int i = 0; i < cnt; i++) {
+                    float a = v[i], c = v[i + half];
+                    v[i] = a * cs[2 * i] - c * cs[2 * i + 1];
+                    v[i + half] = c * cs[2 * i] + a * cs[2 * i + 1];
+                }
             }
         }
     }
@@ -243,6 +252,7 @@ const kvq_backend kvq_backend_cpu = {
     .weight_bytes = cpu_weight_bytes,
     .kv_new = cpu_kv_new,
     .kv_free = cpu_kv_free,
+    .kv_bytes = cpu_kv_bytes,
     .get_rows = cpu_get_rows,
     .matmul = cpu_matmul,
     .rms_norm = cpu_rms_norm,
@@ -253,4 +263,5 @@ const kvq_backend kvq_backend_cpu = {
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .flush = NULL,
+    .device_ms = NULL,
 };

@@ -1,0 +1,176 @@
+/* The Vulkan backend's table: buffers, the elementwise ops, and the entries
+ * that vk_weights.c / vk_matmul.c / vk_kv.c implement. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+#include "vulkan/vk_internal.h"
+
+static const char *type_name(VkPhysicalDeviceType t) {
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "software";
+    default: return "other";
+    }
+}
+
+static kvq_status vkb_init(const kvq_backend_opts *o, kvq_bctx **out) {
+    kvq_status s = kvq_vk_open(o, out);
+    if (s) return s;
+    kvq_bctx *b = *out;
+    const vk_caps *c = &b->caps;
+    snprintf(b->desc, sizeof b->desc, "vulkan: %s (%s%s%s%s%s)", b->props.deviceName, type_name(b->props.deviceType),
+             c->fp16 ? ", fp16" : "", c->storage8 ? ", int8 storage" : "", c->int_dot ? ", int dot" : "",
+             c->subgroup_arith ? ", subgroups" : "");
+    return KVQ_OK;
+}
+
+static void vkb_release(kvq_bctx *b) { kvq_vk_close(b); }
+static const char *vkb_describe(kvq_bctx *b) { return b->desc; }
+
+static kvq_buf *vkb_buf_new(kvq_bctx *b, size_t bytes) {
+    if (bytes > b->max_buffer) {
+        kvq_fail(KVQ_ERR_UNSUPPORTED, "vulkan: a %zu-byte activation buffer is over the device's %llu-byte limit (lower -b or -c)",
+                 bytes, (unsigned long long)b->max_buffer);
+        return NULL;
+    }
+    return vk_buf_new(b, bytes, 0);
+}
+
+static void vkb_buf_free(kvq_bctx *b, kvq_buf *x) {
+    if (!x) return;
+    if (b->n_dispatch || b->recording) {
+        /* recorded work may still use it: run that first, keeping its error for the next read */
+        kvq_status keep = b->err;
+        char msg[sizeof b->err_msg];
+        memcpy(msg, b->err_msg, sizeof msg);
+        kvq_status s = vk_submit(b);
+        if (!keep && s) keep = s, snprintf(msg, sizeof msg, "%s", kvq_last_error());
+        b->err = keep;
+        memcpy(b->err_msg, msg, sizeof msg);
+    }
+    vk_buf_free(b, x);
+}
+
+static void vkb_buf_write(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src, size_t n) {
+    vk_record_write(b, dst, off, src, n);
+}
+
+static kvq_status vkb_buf_read(kvq_bctx *b, const kvq_buf *src, size_t off, void *dst, size_t n) {
+    if (off > src->bytes || n > src->bytes - off) {
+        vk_submit(b);
+        return kvq_fail(KVQ_ERR_ARG, "vulkan: read past buffer end");
+    }
+    if (!b->readback || b->readback->bytes < n) {
+        kvq_buf *rb = vk_buf_new(b, n + n / 4 + 4096, 1);
+        if (!rb) {
+            vk_error(b, KVQ_ERR_NOMEM, "%s (read-back buffer)", kvq_last_error());
+        } else {
+            vk_buf_free(b, b->readback);
+            b->readback = rb;
+        }
+    }
+    if (b->readback && b->readback->bytes >= n) vk_record_copy(b, src, off, b->readback, 0, n);
+    kvq_status s = vk_submit(b);
+    if (s) return s;
+    memcpy(dst, b->readback->map, n);
+    return KVQ_OK;
+}
+
+static kvq_status vkb_flush(kvq_bctx *b) { return vk_submit(b); }
+static double vkb_device_ms(kvq_bctx *b) { return b->last_ms; }
+
+/* Enough groups of 256 for count items, capped: the shaders loop with a grid stride. */
+static uint32_t groups_for(const kvq_bctx *b, size_t count) {
+    size_t g = (count + 255) / 256;
+    size_t cap = b->max_groups[0] < 65535 ? b->max_groups[0] : 65535;
+    return (uint32_t)(g < 1 ? 1 : g > cap ? cap : g);
+}
+
+static int count_ok(kvq_bctx *b, size_t count, const char *op) {
+    if (count < UINT32_MAX) return 1;
+    vk_error(b, KVQ_ERR_UNSUPPORTED, "vulkan: %s over %zu values (over 2^32)", op, count);
+    return 0;
+}
+
+static void vkb_rms_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps) {
+    struct { uint32_t dim; float eps; } pc = {(uint32_t)dim, eps};
+    vk_bind bind[3] = {vk_whole(x), kvq_vk_weight_vec(g), vk_whole(y)};
+    vk_dispatch(b, vk_pipe_get(b, "rms_norm", NULL, 0), bind, 3, &pc, sizeof pc, (uint32_t)n, 1, 1);
+}
+
+/* cos/sin of (pos0+t)·inv_freq[i] in double on the host, as the CPU does, staged once per
+ * submit for all layers: single-precision angles on the device are off by ~1e-2 at 100k. */
+static vk_bind rope_table(kvq_bctx *b, int n, int half, int pos0, const float *inv_freq) {
+    if (b->rope.inv_freq == inv_freq && b->rope.pos0 == pos0 && b->rope.n == n && b->rope.half == half) return b->rope.tab;
+    float *cs = malloc(sizeof(float) * 2 * (size_t)n * half);
+    if (!cs) {
+        vk_error(b, KVQ_ERR_NOMEM, "vulkan: out of memory for the RoPE table");
+        return vk_whole(b->dummy);
+    }
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < half; i++) {
+            double ang = (double)(pos0 + t) * inv_freq[i];
+            cs[2 * ((size_t)t * half + i)] = (float)cos(ang);
+            cs[2 * ((size_t)t * half + i) + 1] = (float)sin(ang);
+        }
+    vk_bind tab = vk_stage(b, cs, sizeof(float) * 2 * (size_t)n * half);
+    free(cs);
+    b->rope.inv_freq = inv_freq, b->rope.pos0 = pos0, b->rope.n = n, b->rope.half = half, b->rope.tab = tab;
+    return tab;
+}
+
+static void vkb_rope(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq) {
+    size_t total = (size_t)n * n_heads * (head_dim / 2);
+    if (!count_ok(b, total, "rope")) return;
+    struct { uint32_t n, n_heads, head_dim, pos0; } pc = {(uint32_t)n, (uint32_t)n_heads, (uint32_t)head_dim, (uint32_t)pos0};
+    vk_bind bind[2] = {vk_whole(x), rope_table(b, n, head_dim / 2, pos0, inv_freq)};
+    vk_dispatch(b, vk_pipe_get(b, "rope", NULL, 0), bind, 2, &pc, sizeof pc, groups_for(b, total), 1, 1);
+}
+
+static void elementwise(kvq_bctx *b, const char *shader, kvq_buf *a, const kvq_buf *x, size_t count) {
+    if (!count_ok(b, count, shader)) return;
+    uint32_t pc = (uint32_t)count;
+    vk_bind bind[2] = {vk_whole(a), vk_whole(x)};
+    vk_dispatch(b, vk_pipe_get(b, shader, NULL, 0), bind, 2, &pc, sizeof pc, groups_for(b, count), 1, 1);
+}
+
+static void vkb_swiglu(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count) { elementwise(b, "swiglu", gate, up, count); }
+static void vkb_add(kvq_bctx *b, kvq_buf *acc, const kvq_buf *x, size_t count) { elementwise(b, "add", acc, x, count); }
+
+static void vkb_copy(kvq_bctx *b, const kvq_buf *src, size_t so, kvq_buf *dst, size_t dof, size_t bytes) {
+    vk_record_copy(b, src, so, dst, dof, bytes);
+}
+
+const kvq_backend kvq_backend_vulkan = {
+    .name = "vulkan",
+    .init = vkb_init,
+    .release = vkb_release,
+    .describe = vkb_describe,
+    .buf_new = vkb_buf_new,
+    .buf_free = vkb_buf_free,
+    .buf_write = vkb_buf_write,
+    .buf_read = vkb_buf_read,
+    .weight_supported = kvq_vk_weight_supported,
+    .weight_upload = kvq_vk_weight_upload,
+    .weight_free = kvq_vk_weight_free,
+    .weight_bytes = kvq_vk_weight_bytes,
+    .kv_new = kvq_vk_kv_new,
+    .kv_free = kvq_vk_kv_free,
+    .kv_bytes = kvq_vk_kv_bytes,
+    .get_rows = kvq_vk_get_rows,
+    .matmul = kvq_vk_matmul,
+    .rms_norm = vkb_rms_norm,
+    .rope = vkb_rope,
+    .swiglu = vkb_swiglu,
+    .add = vkb_add,
+    .copy = vkb_copy,
+    .kv_store = kvq_vk_kv_store,
+    .attention = kvq_vk_attention,
+    .flush = vkb_flush,
+    .device_ms = vkb_device_ms,
+};
