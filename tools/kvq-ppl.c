@@ -127,7 +127,10 @@ int main(int argc, char **argv) {
     mp.backend = backend;
     mp.device = device;
     kvq_model *m;
-    if (kvq_model_load(model, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+    if (kvq_model_load(model, &mp, &m) != KVQ_OK) {
+        free(text);
+        return kvq_tool_die(P, "%s", kvq_last_error());
+    }
     kvq_tool_report_backend(P, m);
     const kvq_tokenizer *tok = kvq_model_tokenizer(m);
     int n_tok = kvq_tokenize(tok, text, (size_t)len, 0, NULL, 0);
