@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kvq.h"
 #include "malformed_model.h"
+#include "safetensors.h"
 #include "testutil.h"
 
 typedef struct {
@@ -230,10 +232,43 @@ static void test_good_models(void **state) {
     check_good(1, 0, 12);
 }
 
+/* A header with 200,000 tensors (and one duplicate at the end) is handled in linear time:
+ * name lookups are hashed, so a crafted file cannot stall the loader. */
+static void test_many_tensors(void **state) {
+    const int n = 200000;
+    size_t cap = (size_t)n * 64 + 64, len = 1;
+    char *h = malloc(cap);
+    assert_non_null(h);
+    h[0] = '{';
+    for (int i = 0; i <= n; i++)
+        len += (size_t)snprintf(h + len, cap - len, "%s\"t%d\":{\"dtype\":\"I8\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                                i ? "," : "", i < n ? i : 4242);
+    h[len++] = '}';
+    uint8_t *img = malloc(8 + len);
+    assert_non_null(img);
+    for (int i = 0; i < 8; i++) img[i] = (uint8_t)((uint64_t)len >> (8 * i));
+    memcpy(img + 8, h, len);
+    free(h);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kvq_st st = {0};
+    assert_int_equal(kvq_st_parse(&st, img, 8 + len, "many.safetensors", 0), KVQ_ERR_FORMAT);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_non_null(strstr(kvq_last_error(), "'t4242' appears twice"));
+    assert_int_equal(st.n_tensors, n);
+    assert_non_null(kvq_st_find(&st, "t199999"));
+    assert_null(kvq_st_find(&st, "t200000"));
+    kvq_st_close(&st);
+    free(img);
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (dt > 60) fail_msg("parsing 200000 tensors took %.1f s", dt);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_models),
         cmocka_unit_test(test_corpus),
+        cmocka_unit_test(test_many_tensors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
