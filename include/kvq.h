@@ -137,16 +137,26 @@ size_t kvq_kv_bytes_used(const kvq_context *c);
 
 typedef struct kvq_sampler kvq_sampler;
 
+/* The llama.cpp chain: repeat penalty, top-k, top-p, min-p, temperature, draw.
+ * Top-k/top-p select partially (no sort of the whole vocabulary). */
 typedef struct {
     float temp;   /* <= 0: greedy */
     int top_k;    /* <= 0: off */
     float top_p;  /* >= 1: off */
     uint64_t seed;
+    float min_p;          /* keep tokens with p >= min_p * p_max; <= 0: off */
+    float repeat_penalty; /* 1: off; > 1 divides positive / multiplies negative logits */
+    int repeat_last_n;    /* tokens of history the penalty looks at (0: off) */
 } kvq_sampler_params;
 
 kvq_sampler_params kvq_sampler_default_params(void);
 kvq_sampler *kvq_sampler_new(const kvq_sampler_params *p);
+/* Picks the next token; does not record it (call kvq_sampler_accept). */
 int32_t kvq_sample(kvq_sampler *s, const float *logits, int n_vocab);
+/* Records a token fed to the model (prompt or generated) for the repeat penalty. */
+void kvq_sampler_accept(kvq_sampler *s, int32_t id);
+/* Forgets the recorded history (the random state keeps going). */
+void kvq_sampler_reset(kvq_sampler *s);
 void kvq_sampler_free(kvq_sampler *s);
 
 #ifdef __cplusplus
