@@ -159,6 +159,35 @@ void kvq_sampler_accept(kvq_sampler *s, int32_t id);
 void kvq_sampler_reset(kvq_sampler *s);
 void kvq_sampler_free(kvq_sampler *s);
 
+/* ---- chat templates ------------------------------------------------------ */
+
+/* The HF chat template of a model, for the families kvq renders: "llama2"
+ * ([INST] with <<SYS>>), "llama3" (header tokens; 3.1/3.2 system header with
+ * dates), "mistral" ([INST]; a system message opens the first user turn),
+ * "chatml", "phi3", "gemma", "command-r", and "none" (no template: the messages
+ * as running text, each user message on a new line). */
+typedef struct kvq_chat_template kvq_chat_template;
+
+typedef struct {
+    const char *role; /* "system", "user", "assistant" */
+    const char *content;
+} kvq_chat_msg;
+
+/* Family name for a Jinja template text ("none" for NULL), or NULL when not recognized. */
+const char *kvq_chat_template_detect(const char *template_text);
+/* Reads chat_template, bos_token and eos_token from dir/tokenizer_config.json
+ * (or dir/chat_template.jinja). name (a family name) overrides the template's
+ * family; NULL recognizes it from the text, "none" when there is no template. */
+kvq_status kvq_chat_template_load(const char *dir, const char *name, kvq_chat_template **out);
+const char *kvq_chat_template_name(const kvq_chat_template *t);
+/* Renders the conversation as HF apply_chat_template(tokenize=False) does,
+ * BOS included as text: tokenize the result without add_bos. Writes at most
+ * size-1 bytes plus a NUL; returns the full length, or -1 on error (e.g. roles
+ * that the template rejects). */
+int kvq_chat_render(const kvq_chat_template *t, const kvq_chat_msg *msgs, int n, int add_generation_prompt, char *out,
+                    size_t size);
+void kvq_chat_template_free(kvq_chat_template *t);
+
 #ifdef __cplusplus
 }
 #endif
