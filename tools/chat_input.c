@@ -36,10 +36,11 @@ struct chat_input {
 static char *prompt_fn(EditLine *el) {
     chat_input *in = NULL;
     el_get(el, EL_CLIENTDATA, &in);
-    const char *mark = in && in->cont ? ". " : "> ";
+    const char *mark = in && in->cont ? "." : ">";
     static char buf[64];
-    if (in && in->color) snprintf(buf, sizeof buf, "\1\033[1;32m\1%s\1\033[0m\1", mark);
-    else snprintf(buf, sizeof buf, "%s", mark);
+    /* the colour reset goes before the space: libedit drops an escape that ends the prompt */
+    if (in && in->color) snprintf(buf, sizeof buf, "\1\033[1;32m\1%s\1\033[0m\1 ", mark);
+    else snprintf(buf, sizeof buf, "%s ", mark);
     return buf;
 }
 

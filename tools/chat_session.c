@@ -87,13 +87,13 @@ static void remove_msgs(chat_session *S, int at, int n) {
 static int has_system(const chat_session *S) { return S->n_msgs > 0 && !strcmp(S->msgs[0].role, "system"); }
 
 /* Renders msgs[0..n) and tokenizes without BOS (the template places it). */
-static int render_ids(chat_session *S, int n, int gen, int32_t **out) {
+static int render_msgs(chat_session *S, const chat_msg *msgs, int n, int gen, int32_t **out) {
     kvq_chat_msg *v = malloc(sizeof *v * (size_t)(n + 1));
     char *text = NULL;
     int k = -1;
     *out = NULL;
     if (!v) goto done;
-    for (int i = 0; i < n; i++) v[i] = (kvq_chat_msg){S->msgs[i].role, S->msgs[i].content};
+    for (int i = 0; i < n; i++) v[i] = (kvq_chat_msg){msgs[i].role, msgs[i].content};
     int len = kvq_chat_render(S->t, v, n, gen, NULL, 0);
     if (len < 0 || !(text = malloc((size_t)len + 1))) goto done;
     kvq_chat_render(S->t, v, n, gen, text, (size_t)len + 1);
@@ -109,6 +109,8 @@ done:
     if (k < 0) kvq_tool_die(CHAT_PROG, "rendering the conversation: %s", kvq_last_error());
     return k;
 }
+
+static int render_ids(chat_session *S, int n, int gen, int32_t **out) { return render_msgs(S, S->msgs, n, gen, out); }
 
 /* Index of the first message of the oldest droppable turn, or -1 when only the
  * last user turn (and the system message) is left. */
@@ -160,6 +162,23 @@ static int sync_cache(chat_session *S, const int32_t *want, int n) {
         S->n_prompt_eval += k;
     }
     S->t_prompt += kvq_tool_now() - t0;
+    /* KVQ_CHAT_VERIFY=1 (tests): compare the logits of the incrementally kept cache
+     * with a fresh evaluation of the same tokens */
+    if (getenv("KVQ_CHAT_VERIFY") && S->n_ids == n) {
+        kvq_context_params cp = kvq_context_default_params();
+        cp.n_ctx = S->n_ctx;
+        cp.type_k = (kvq_cache_type)S->o->type_k;
+        cp.type_v = (kvq_cache_type)S->o->type_v;
+        cp.kv_rotate = S->o->kv_rotate;
+        kvq_context *c2;
+        if (kvq_context_new(S->m, &cp, &c2) == KVQ_OK && kvq_eval(c2, S->ids, S->n_ids) == KVQ_OK) {
+            const float *a = kvq_logits(S->c), *b = kvq_logits(c2);
+            double d = 0, nb = 0;
+            for (int i = 0; i < S->n_vocab; i++) d += (a[i] - b[i]) * (a[i] - b[i]), nb += b[i] * b[i];
+            fprintf(stderr, "%s: verify: %d tokens, squared rel. logits difference %.3g\n", CHAT_PROG, S->n_ids, d / nb);
+        }
+        kvq_context_free(c2);
+    }
     /* the repeat penalty looks at the last tokens of the context */
     kvq_sampler_reset(S->s);
     int from = S->n_ids - (int)S->o->sp.repeat_last_n;
@@ -242,16 +261,22 @@ static void sb_add(strbuf *b, const char *s) {
     b->n += k;
 }
 
-/* The cache filled up during a reply: drop older turns, or failing that the
- * older part of this reply, and re-evaluate. *n_reply shrinks to the reply
- * tokens still in the cache. Returns as sync_cache. */
-static int shift_in_reply(chat_session *S, int32_t *reply, int *n_reply) {
+/* The cache filled up during a reply: drop older turns, or failing that (only
+ * when allow_cut, i.e. --ignore-eos) the older part of this reply, and
+ * re-evaluate. *n_reply shrinks to the reply tokens still in the cache.
+ * Returns as sync_cache, or 3 when the reply cannot go on. */
+static int shift_in_reply(chat_session *S, int32_t *reply, int *n_reply, int allow_cut) {
     int32_t *full;
     int n = render_ids(S, S->n_msgs, 1, &full);
     if (n < 0) return 1;
     int dropped = fit_turns(S, *n_reply + reply_room(S), &full, &n);
     if (dropped < 0) return 1;
     int room = S->n_ctx - S->n_pin - n - 1, off = 0;
+    if (*n_reply >= room && !allow_cut) {
+        free(full);
+        chat_notice(S, "context full: the reply stops here (a larger -c, or --ignore-eos, lets it go on)");
+        return 3;
+    }
     if (*n_reply > room) off = *n_reply - room / 2; /* keep the newer half of what fits */
     int nw;
     int32_t *w = with_pin(S, full, n, &nw);
@@ -303,9 +328,9 @@ static int generate(chat_session *S) {
         }
         gen++;
         if (S->n_ids >= S->n_ctx) {
-            int r = shift_in_reply(S, reply, &n_reply);
+            int r = shift_in_reply(S, reply, &n_reply, o->ignore_eos);
             if (r == 1) { rc = 1; break; }
-            if (r == 2) break;
+            if (r >= 2) break;
         }
         if (kvq_eval(S->c, &id, 1) != KVQ_OK) {
             rc = kvq_tool_die(CHAT_PROG, "%s", kvq_last_error());
@@ -349,26 +374,36 @@ static int generate(chat_session *S) {
 int chat_turn(chat_session *S, const char *text) {
     if (insert_msg(S, S->n_msgs, "user", text)) return kvq_tool_die(CHAT_PROG, "out of memory");
     int32_t *full;
-    int n = render_ids(S, S->n_msgs, 1, &full);
+    /* first the input alone (with the system message): when even that does not fit, keep the conversation */
+    chat_msg alone[2];
+    int n_alone = 0;
+    if (has_system(S)) alone[n_alone++] = S->msgs[0];
+    alone[n_alone++] = S->msgs[S->n_msgs - 1];
+    int n = render_msgs(S, alone, n_alone, 1, &full);
     if (n < 0) return 1;
-    int before = S->n_msgs;
-    int dropped = fit_turns(S, reply_room(S), &full, &n);
-    if (dropped < 0) return 1;
+    free(full);
     if (S->n_pin + n + reply_room(S) > S->n_ctx) {
         long need = ((long)S->n_pin + n + reply_room(S) + 255) / 256 * 256;
         chat_notice(S, "input too long: %d tokens with the template, the context holds %d (-c %ld would fit)", n, S->n_ctx, need);
         remove_msgs(S, S->n_msgs - 1, 1);
-        free(full);
         putchar('\n'); /* an empty reply keeps replies paired with inputs */
         fflush(stdout);
         return 0;
     }
+    if ((n = render_ids(S, S->n_msgs, 1, &full)) < 0) return 1;
+    int before = S->n_msgs;
+    int dropped = fit_turns(S, reply_room(S), &full, &n);
+    if (dropped < 0) return 1;
     int nw;
     int32_t *w = with_pin(S, full, n, &nw);
     free(full);
     if (!w) return kvq_tool_die(CHAT_PROG, "out of memory");
+    int reused = 0;
+    while (reused < S->n_ids && reused < nw && S->ids[reused] == w[reused]) reused++;
     int r = sync_cache(S, w, nw);
     free(w);
+    if (S->o->verbose_prompt)
+        chat_notice(S, "turn: %d tokens evaluated, %d reused from the cache", S->n_ids - reused, reused);
     if (dropped) {
         S->n_shifts++;
         chat_notice(S, "context full: dropped %d oldest turn(s) (%d messages); %d tokens in context", dropped, before - S->n_msgs, S->n_ids);
