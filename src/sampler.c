@@ -85,11 +85,14 @@ static double next_uniform(kvq_sampler *s) {
 /* Candidate order: higher logit first, ties to the lower id (deterministic). */
 static inline int better(cand a, cand b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
 
+/* Two passes, the first a plain max the compiler vectorizes: faster than one
+ * branchy pass over a 128k vocabulary. */
 static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+    float m = x[0];
+    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    for (int i = 0; i < n; i++)
+        if (x[i] == m) return i;
+    return 0; /* all NaN */
 }
 
 static int grow(kvq_sampler *s, int n) {
