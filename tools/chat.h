@@ -3,6 +3,7 @@
 #ifndef KVQ_TOOLS_CHAT_H
 #define KVQ_TOOLS_CHAT_H
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -73,6 +74,16 @@ chat_input *chat_input_open(int tty, int color);
 /* *line is malloc'd (no trailing newline; continued lines joined with '\n'). */
 int chat_input_read(chat_input *in, char **line);
 void chat_input_close(chat_input *in);
+
+/* Load progress bar on stderr (TTY only, after a second; chat_progress.c). */
+typedef struct {
+    pthread_t th;
+    volatile int done;
+    int running, shown;
+    double total;
+} chat_progress;
+void chat_progress_start(chat_progress *p, const char *dir);
+void chat_progress_stop(chat_progress *p);
 
 /* Runs a /command; returns 0 to go on, 1 to quit, 2 on a fatal error. */
 int chat_command(chat_session *S, const char *line);

@@ -284,7 +284,11 @@ int main(int argc, char **argv) {
     mp.backend = o.backend;
     double t0 = kvq_tool_now();
     kvq_model *m;
-    if (kvq_model_load(o.model, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+    chat_progress prog;
+    chat_progress_start(&prog, o.model);
+    kvq_status ls = kvq_model_load(o.model, &mp, &m);
+    chat_progress_stop(&prog);
+    if (ls != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
     fprintf(stderr, "%s: loaded %s in %.2f s: %s; %s\n", P, o.model, kvq_tool_now() - t0, kvq_model_desc(m),
             kvq_model_backend_name(m));
     int train = kvq_model_n_ctx_train(m);
