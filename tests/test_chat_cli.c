@@ -109,6 +109,62 @@ static void test_ten_turns_small_context(void **state) {
     free(out);
 }
 
+/* --keep N pins the first tokens through the shifts; the cache stays exact. */
+static void test_keep(void **state) {
+    char input[4096] = "";
+    for (int i = 0; i < 8; i++) strcat(input, "The jury said that the city of Atlanta\n");
+    int st;
+    char *out = chat_pipe("-c 96 -n 20 --keep 6 --seed 3 -t 1 --verbose-prompt", input, strlen(input), &st);
+    if (st != 0) fail_msg("exit %d, stderr: %s", st, g_err);
+    assert_int_equal(count_char(out, '\n'), 8);
+    if (!strstr(g_err, "context full: dropped")) fail_msg("no shift: %s", g_err);
+    for (const char *p = g_err; (p = strstr(p, ": verify: ")); p++) {
+        int ntok;
+        double d;
+        assert_int_equal(sscanf(p, ": verify: %d tokens, squared rel. logits difference %lf", &ntok, &d), 2);
+        if (d > 1e-8) fail_msg("cache differs from a fresh evaluation: %s", g_err);
+    }
+    /* after a shift the next turn still reuses more than the pinned tokens */
+    const char *shift = strstr(g_err, "context full: dropped"), *next = shift ? strstr(shift, "turn: ") : NULL;
+    int e, r;
+    if (!next || sscanf(next, "turn: %d tokens evaluated, %d reused", &e, &r) != 2 || r <= 6) fail_msg("stderr: %s", g_err);
+    free(out);
+}
+
+/* One-shot: -f, --chat (one user turn in the template, one BOS), and a random seed by default. */
+static void test_one_shot_modes(void **state) {
+    char path[1024], args[4096];
+    snprintf(path, sizeof path, "%s/prompt.txt", tu_tmpdir());
+    FILE *f = fopen(path, "w");
+    fputs("The jury said", f);
+    fclose(f);
+    snprintf(args, sizeof args, "-f %s -n 6 --temp 0 -t 1", path);
+    int st;
+    char *a = chat_pipe(args, "", 0, &st);
+    assert_int_equal(st, 0);
+    char *b = chat_pipe("-p 'The jury said' -n 6 --temp 0 -t 1", "", 0, &st);
+    assert_int_equal(st, 0);
+    assert_string_equal(a, b);
+    assert_true(!strncmp(a, "The jury said", 13) && strlen(a) > 15);
+    free(a);
+    free(b);
+    /* default seed -1: two sampled runs differ */
+    a = chat_pipe("-p 'The jury said' -n 48 -t 1", "", 0, &st);
+    b = chat_pipe("-p 'The jury said' -n 48 -t 1", "", 0, &st);
+    if (!strcmp(a, b)) fail_msg("two runs without --seed printed the same: '%s'", a);
+    free(a);
+    free(b);
+    const char *dir = tu_fixture("models/llama3-tiny-aqlm-1x16g16");
+    TU_NEED_FIXTURE(dir);
+    snprintf(args, sizeof args, "-m %s --chat -p Hi -n 2 --temp 0 -t 1 --verbose-prompt", dir);
+    a = chat_pipe(args, "", 0, &st);
+    assert_int_equal(st, 0);
+    /* <|begin_of_text|> <|start_header_id|> user <|end_header_id|> \n\n Hi <|eot_id|> + assistant header */
+    if (!strstr(g_err, "prompt ids: 128000 128006 882 128007 271 13347 128009 128006 78191 128007 271\n"))
+        fail_msg("--chat prompt ids: %s", g_err);
+    free(a);
+}
+
 /* A template model: the second turn evaluates only what is new. */
 static void test_template_incremental(void **state) {
     const char *dir = tu_fixture("models/llama3-tiny-aqlm-1x16g16");
@@ -297,7 +353,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pty_session),          cmocka_unit_test(test_pty_ctrl_c_exits),
         cmocka_unit_test(test_piped_lines),          cmocka_unit_test(test_ten_turns_small_context),
-        cmocka_unit_test(test_template_incremental),
+        cmocka_unit_test(test_template_incremental), cmocka_unit_test(test_keep),
+        cmocka_unit_test(test_one_shot_modes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

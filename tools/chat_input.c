@@ -4,10 +4,12 @@
 #include <errno.h>
 #include <histedit.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <wchar.h>
 
 #include "chat.h"
 
@@ -44,6 +46,41 @@ static char *prompt_fn(EditLine *el) {
     return buf;
 }
 
+/* libedit's character reader, replaced so that it polls: a Ctrl-C that lands
+ * between the end of a reply and the read still ends the read (the built-in
+ * reader would block with the signal already handled). Decodes UTF-8 itself. */
+static int getc_fn(EditLine *el, wchar_t *wc) {
+    (void)el;
+    unsigned char b[4];
+    int n = 0, need = 1;
+    for (;;) {
+        if (chat_interrupted) {
+            errno = EINTR;
+            return -1;
+        }
+        struct pollfd p = {STDIN_FILENO, POLLIN, 0};
+        int r = poll(&p, 1, 100);
+        if (r < 0 && errno != EINTR) return -1;
+        if (r <= 0) continue;
+        ssize_t k = read(STDIN_FILENO, b + n, 1);
+        if (k == 0) return 0;
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (n == 0) need = b[0] < 0x80 ? 1 : b[0] >= 0xf0 ? 4 : b[0] >= 0xe0 ? 3 : b[0] >= 0xc0 ? 2 : 1;
+        else if ((b[n] & 0xc0) != 0x80) { /* broken sequence: give the byte as is */
+            *wc = b[n];
+            return 1;
+        }
+        if (++n < need) continue;
+        uint32_t cp = need == 1 ? b[0] : need == 2 ? b[0] & 0x1f : need == 3 ? b[0] & 0x0f : b[0] & 0x07;
+        for (int i = 1; i < need; i++) cp = cp << 6 | (b[i] & 0x3f);
+        *wc = (wchar_t)cp;
+        return 1;
+    }
+}
+
 chat_input *chat_input_open(int tty, int color) {
     chat_input *in = calloc(1, sizeof *in);
     if (!in) return NULL;
@@ -69,6 +106,7 @@ chat_input *chat_input_open(int tty, int color) {
     el_set(in->el, EL_PROMPT_ESC, prompt_fn, '\1');
     el_set(in->el, EL_HIST, history, in->hist);
     el_set(in->el, EL_SIGNAL, 1);
+    el_set(in->el, EL_GETCFN, getc_fn);
     el_set(in->el, EL_BIND, "^R", "em-inc-search-prev", NULL);
     el_source(in->el, NULL); /* ~/.editrc, as other libedit programs */
     return in;

@@ -1,6 +1,8 @@
 /* kvq-chat: a conversation with a model (chat template, incremental KV cache,
  * line editing, context shift), or one-shot generation from -p / -f. */
 #include <fcntl.h>
+#include <langinfo.h>
+#include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,6 +281,10 @@ int main(int argc, char **argv) {
         return kvq_tool_die(P, "no -m given and the demo model (models/demo) was not found");
     int one = o.prompt || o.prompt_file;
     int tty = !one && isatty(STDIN_FILENO);
+    if (tty) { /* libedit edits and shows UTF-8 only in a UTF-8 locale */
+        setlocale(LC_CTYPE, "");
+        if (strcmp(nl_langinfo(CODESET), "UTF-8")) setlocale(LC_CTYPE, "C.UTF-8");
+    }
     kvq_model_params mp = kvq_model_default_params();
     mp.n_threads = (int)o.threads;
     mp.backend = o.backend;
