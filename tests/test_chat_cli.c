@@ -286,6 +286,17 @@ static void test_pty_session(void **state) {
     wait_for(&t, "KV cache: K f16", T);
     wait_for(&t, "seed 1", T);
     wait_for(&t, PROMPT, T);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "/save %s/conv.json\r", home);
+    type(&t, cmd);
+    wait_for(&t, "saved ", T); /* 4 messages, or 2 when the first long reply was dropped */
+    wait_for(&t, " messages to ", T);
+    wait_for(&t, PROMPT, T);
+    snprintf(cmd, sizeof cmd, "/load %s/conv.json\r", home);
+    type(&t, cmd);
+    wait_for(&t, "loaded ", T);
+    wait_for(&t, " messages from ", T);
+    wait_for(&t, PROMPT, T);
     type(&t, "/reset\r");
     wait_for(&t, "conversation cleared", T);
     wait_for(&t, PROMPT, T);
