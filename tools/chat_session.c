@@ -79,6 +79,7 @@ static int insert_msg(chat_session *S, int at, const char *role, const char *con
 }
 
 static void remove_msgs(chat_session *S, int at, int n) {
+    if (n <= 0) return;
     for (int i = at; i < at + n; i++) free_msg(&S->msgs[i]);
     memmove(S->msgs + at, S->msgs + at + n, sizeof *S->msgs * (size_t)(S->n_msgs - at - n));
     S->n_msgs -= n;
@@ -134,7 +135,7 @@ static int32_t *with_pin(const chat_session *S, const int32_t *full, int n, int 
     if (!w) return NULL;
     int at = S->pin_at < n ? S->pin_at : n;
     memcpy(w, full, sizeof *w * (size_t)at);
-    memcpy(w + at, S->pin, sizeof *w * (size_t)S->n_pin);
+    if (S->n_pin) memcpy(w + at, S->pin, sizeof *w * (size_t)S->n_pin);
     memcpy(w + at + S->n_pin, full + at, sizeof *w * (size_t)(n - at));
     *n_out = n + S->n_pin;
     return w;
