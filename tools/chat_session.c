@@ -399,6 +399,13 @@ int chat_turn(chat_session *S, const char *text) {
     int32_t *w = with_pin(S, full, n, &nw);
     free(full);
     if (!w) return kvq_tool_die(CHAT_PROG, "out of memory");
+    if (nw == 0) { /* an empty first input to a model without BOS: nothing to continue from */
+        free(w);
+        remove_msgs(S, S->n_msgs - 1, 1);
+        putchar('\n');
+        fflush(stdout);
+        return 0;
+    }
     int reused = 0;
     while (reused < S->n_ids && reused < nw && S->ids[reused] == w[reused]) reused++;
     int r = sync_cache(S, w, nw);
