@@ -108,6 +108,14 @@ static int parse(int argc, char **argv, chat_opts *o) {
 #undef IS
     }
     if (o->prompt && o->prompt_file) return kvq_tool_die(P, "give -p or -f, not both") + 1;
+    if (o->chat_template) { /* before the model loads: a typo costs nothing */
+        static const char *const names[] = {"none", "llama2", "llama3", "mistral", "chatml", "phi3", "gemma", "command-r"};
+        int ok = 0;
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++) ok |= !strcmp(o->chat_template, names[i]);
+        if (!ok)
+            return kvq_tool_die(P, "unknown chat template '%s' (none, llama2, llama3, mistral, chatml, phi3, gemma, command-r)",
+                                o->chat_template) + 1;
+    }
     return 0;
 }
 
