@@ -10,4 +10,11 @@
  * 0 if the buffer cannot be allocated. */
 double kvq_bench_mem_bw_gbs(int n_threads);
 
+/* bench_synth.c: the directory of a synthetic real-shape AQLM checkpoint
+ * (name: llama2-7b | llama3-8b | mistral-7b, scheme: 2x8 | 1x16) under root
+ * (NULL: $TMPDIR/kvq-synth), written first if it is not there yet; *file_bytes
+ * gets the tensor bytes it holds. 0, or 1 after an error line on stderr. */
+int kvq_bench_synth_dir(const char *name, const char *scheme, const char *root, char *dir, size_t dir_size,
+                        double *file_bytes);
+
 #endif
