@@ -23,6 +23,7 @@ struct kvq_model {
     kvq_buf *rope_freqs; /* head_dim/2 floats */
     size_t weight_bytes; /* all uploaded weights */
     size_t embed_bytes;  /* of which the embedding table */
+    kvq_st st;           /* the checkpoint, mapped for the model's lifetime: weights may be used in place */
     char desc[256];
 };
 

@@ -44,6 +44,13 @@ static double checkpoint_bytes(const char *dir) {
     return total;
 }
 
+/* CPU seconds (user + system, all threads) this process used so far. */
+static double cpu_seconds(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 /* Peak resident set of this process so far, bytes. */
 static double peak_rss(void) {
     struct rusage ru;
@@ -89,9 +96,9 @@ int kvq_bench_model(int argc, char **argv) {
     kvq_model_params mp = kvq_model_default_params();
     mp.n_threads = (int)threads;
     kvq_model *m;
-    double t_load = kvq_tool_now();
+    double t_load = kvq_tool_now(), cpu_load = cpu_seconds();
     if (kvq_model_load(dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
-    t_load = kvq_tool_now() - t_load;
+    t_load = kvq_tool_now() - t_load, cpu_load = cpu_seconds() - cpu_load;
     kvq_context_params cp = kvq_context_default_params();
     cp.n_ctx = (int)(pp + tg);
     cp.n_batch = (int)pp;
@@ -130,8 +137,8 @@ int kvq_bench_model(int argc, char **argv) {
            tg_tps, tok_bytes / 1e6, tok_bytes * tg_tps / 1e9, bw > 0 ? 100 * tok_bytes * tg_tps / 1e9 / bw : 0, bw);
     double kv_bytes = (double)kvq_kv_bytes_total(c), bound = bw > 0 ? bw * 1e9 / tok_bytes : 0;
     double rss_ratio = rss / (ckpt_bytes + kv_bytes);
-    printf("load %.2f s; peak RSS %.2f GB = %.2fx (checkpoint tensors %.2f GB + KV cache %.2f GB)\n", t_load, rss / 1e9,
-           rss_ratio, ckpt_bytes / 1e9, kv_bytes / 1e9);
+    printf("load %.2f s (%.2f s CPU); peak RSS %.2f GB = %.2fx (checkpoint tensors %.2f GB + KV cache %.2f GB)\n", t_load,
+           cpu_load, rss / 1e9, rss_ratio, ckpt_bytes / 1e9, kv_bytes / 1e9);
     if (synth)
         printf("model synthetic=%s scheme=%s pp_tps=%.2f tg_tps=%.2f bound_tps=%.2f tg_bw_ratio=%.3f rss_ratio=%.3f\n", synth,
                scheme, (double)pp / best_pp, tg_tps, bound, bound > 0 ? tg_tps / bound : 0, rss_ratio);

@@ -168,20 +168,20 @@ static inline __attribute__((always_inline)) __m512 codeword16(const uint16_t *c
                                                                size_t KI, size_t M, const int IG, const int M1) {
     if (IG == 16) {
         const uint16_t *cg = c + (size_t)g * M;
-        __m512 v = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(cb + (size_t)cg[0] * 16)));
+        __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(cb + (size_t)cg[0] * 16)));
         if (!M1)
             for (size_t m = 1; m < M; m++)
-                v = _mm512_add_ps(v, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(cb + m * KI + (size_t)cg[m] * 16))));
+                v = _mm512_add_ps(v, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(cb + m * KI + (size_t)cg[m] * 16))));
         return v;
     }
     const uint16_t *c0 = c + (size_t)g * M, *c1 = c0 + M;
-    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_load_si128((const __m128i *)(cb + (size_t)c0[0] * 8))),
-                                        _mm_load_si128((const __m128i *)(cb + (size_t)c1[0] * 8)), 1);
+    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(cb + (size_t)c0[0] * 8))),
+                                        _mm_loadu_si128((const __m128i *)(cb + (size_t)c1[0] * 8)), 1);
     __m512 v = _mm512_cvtph_ps(h);
     if (!M1)
         for (size_t m = 1; m < M; m++) {
-            h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_load_si128((const __m128i *)(cb + m * KI + (size_t)c0[m] * 8))),
-                                        _mm_load_si128((const __m128i *)(cb + m * KI + (size_t)c1[m] * 8)), 1);
+            h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(cb + m * KI + (size_t)c0[m] * 8))),
+                                        _mm_loadu_si128((const __m128i *)(cb + m * KI + (size_t)c1[m] * 8)), 1);
             v = _mm512_add_ps(v, _mm512_cvtph_ps(h));
         }
     return v;
@@ -212,9 +212,9 @@ static inline __attribute__((always_inline)) void row_gather(const kvq_cpu_weigh
         for (int t = 0; t < T; t++) a[0][t] = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + t * cols + (size_t)g * IG), a[0][t]);
     }
     if (g < G) { /* odd group count with ig 8: one 8-value codeword left */
-        __m256 v = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cb + (size_t)c[g * M] * 8)));
+        __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(cb + (size_t)c[g * M] * 8)));
         for (size_t m = 1; m < M; m++)
-            v = _mm256_add_ps(v, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cb + m * KI + (size_t)c[g * M + m] * 8))));
+            v = _mm256_add_ps(v, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(cb + m * KI + (size_t)c[g * M + m] * 8))));
         __m512 v16 = _mm512_insertf32x8(_mm512_setzero_ps(), v, 0);
         for (int t = 0; t < T; t++)
             a[1][t] = _mm512_fmadd_ps(v16, _mm512_maskz_loadu_ps(0xff, x + t * cols + (size_t)g * 8), a[1][t]);

@@ -108,12 +108,12 @@ static int is_dense(kvq_wformat f) { return f == KVQ_W_F32 || f == KVQ_W_F16 || 
 
 void kvq_cpu_weight_free(kvq_cpu_weight *w) {
     if (!w) return;
-    kvq_free_aligned(w->data);
+    if (w->owned & KVQ_OWN_DATA) kvq_free_aligned(w->data);
+    if (w->owned & KVQ_OWN_CODES) kvq_free_aligned(w->codes);
+    if (w->owned & KVQ_OWN_CB16) kvq_free_aligned(w->cb16);
     kvq_free_aligned(w->bias);
-    kvq_free_aligned(w->codes);
     kvq_free_aligned(w->cb);
     kvq_free_aligned(w->cb_t);
-    kvq_free_aligned(w->cb16);
     kvq_free_aligned(w->scales);
     free(w);
 }
@@ -156,11 +156,17 @@ kvq_cpu_weight *kvq_cpu_weight_new(const kvq_weight_desc *d) {
             goto fail;
         }
         size_t bytes = n_el * elem_size(d->fmt);
-        if (!(w->data = kvq_alloc_aligned(bytes))) {
-            kvq_fail(KVQ_ERR_NOMEM, "%s: cannot allocate %zu bytes", nm, bytes);
-            goto fail;
+        if ((uintptr_t)d->data % elem_size(d->fmt) == 0) {
+            /* Used in place: the kernels read every layout as stored. */
+            w->data = (void *)(uintptr_t)d->data;
+        } else { /* a misaligned tensor (hand-made file): aligned copy */
+            if (!(w->data = kvq_alloc_aligned(bytes))) {
+                kvq_fail(KVQ_ERR_NOMEM, "%s: cannot allocate %zu bytes", nm, bytes);
+                goto fail;
+            }
+            w->owned |= KVQ_OWN_DATA;
+            memcpy(w->data, d->data, bytes);
         }
-        memcpy(w->data, d->data, bytes); /* source may be unaligned; the copy is not */
         w->bytes += bytes;
         w->kind = KVQ_CW_DENSE;
     }

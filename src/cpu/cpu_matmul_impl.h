@@ -26,11 +26,16 @@ typedef enum {
     KVQ_CW_AQLM_GATHER, /* nbits > 8: gather codewords (f32) and FMA with x */
 } kvq_cw_kind;
 
+/* Which of data / codes / cb16 this weight allocated; the others point into the
+ * caller's memory (the checkpoint mapping, which outlives the weight). */
+enum { KVQ_OWN_DATA = 1, KVQ_OWN_CODES = 2, KVQ_OWN_CB16 = 4 };
+
 struct kvq_cpu_weight {
     kvq_cw_kind kind;
+    unsigned owned; /* KVQ_OWN_* bits */
     kvq_wformat fmt; /* dense storage format (kind == DENSE) */
     int rows, cols;
-    size_t bytes; /* everything this weight owns */
+    size_t bytes; /* everything the kernels read: owned copies and tensors used in place */
 
     void *data;  /* dense values, rows*cols, 64-byte aligned */
     float *bias; /* f32 [rows] or NULL */
