@@ -246,3 +246,98 @@ void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n,
     else
         w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 16, 1) : gather_rows(w, x, n, y, r0, r1, 16, 0);
 }
+
+/* ---- VBMI with int16 tables (the default LUT path on VBMI CPUs) ----
+ * One scale per token: q = round(T * 32767 / max|T|) over all tables of the
+ * token, so the S lookups of a row add up exactly in int32 and only the
+ * table rounding is lost: |error of an output| <= scale_o * S * max|T| / 65534
+ * (typically rel L2 ~4e-5; tests/test_matmul.c holds it to KVQ_LUT_I16_REL_L2).
+ * A step's table is two byte planes (low and high bytes of the 256 int16),
+ * 512 bytes. Two steps are looked up together: their four planes interleave
+ * into (A, B) int16 pairs per row, and one vpmaddwd against ones adds A + B
+ * into the int32 sum, half the shuffles of the f32 tables above. */
+
+float kvq_aqlm_lutq_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1) {
+    kvq_aqlm_lut_build_avx512(w, x, lut, g0, g1);
+    const float *p = lut + (size_t)g0 * w->M * 256, *e = lut + (size_t)g1 * w->M * 256;
+    __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
+    for (; p < e; p += 32) { /* tables are 256 floats: whole vectors */
+        m0 = _mm512_max_ps(m0, _mm512_abs_ps(_mm512_load_ps(p)));
+        m1 = _mm512_max_ps(m1, _mm512_abs_ps(_mm512_load_ps(p + 16)));
+    }
+    return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+}
+
+static const uint8_t k_even_idx[64] = {
+    0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
+    44, 46, 48, 50, 52, 54, 56, 58, 60, 62, 64, 66, 68, 70, 72, 74, 76, 78, 80, 82, 84, 86,
+    88, 90, 92, 94, 96, 98, 100, 102, 104, 106, 108, 110, 112, 114, 116, 118, 120, 122, 124, 126,
+};
+
+__attribute__((target("avx512vbmi"))) void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu_weight *w, const float *lut,
+                                                                     float inv_scale, void *qlut, int g0, int g1) {
+    __m512i even = _mm512_loadu_si512(k_even_idx), odd = _mm512_add_epi8(even, _mm512_set1_epi8(1));
+    __m512 inv = _mm512_set1_ps(inv_scale);
+    for (size_t s = (size_t)g0 * w->M; s < (size_t)g1 * w->M; s++) {
+        const float *src = lut + s * 256;
+        uint8_t *dst = (uint8_t *)qlut + s * 512;
+        for (int q = 0; q < 4; q++) {
+            __m256i h[4];
+            for (int i = 0; i < 4; i++)
+                h[i] = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(src + 64 * q + 16 * i), inv)));
+            __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1); /* entries 64q .. +31 */
+            __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(h[2]), h[3], 1); /* 64q + 32 .. +63 */
+            _mm512_store_si512(dst + 64 * q, _mm512_permutex2var_epi8(a, even, b));       /* low bytes */
+            _mm512_store_si512(dst + 256 + 64 * q, _mm512_permutex2var_epi8(a, odd, b)); /* high bytes */
+        }
+    }
+}
+
+/* 64 bytes looked up in a 256-entry byte plane (4 zmm); the code's top bit picks the half. */
+#define KVQ_PLANE_LOOKUP(t, idx, top) \
+    _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8((t)[0], idx, (t)[1]), _mm512_permutex2var_epi8((t)[2], idx, (t)[3]))
+
+__attribute__((target("avx512vbmi"))) void kvq_aqlm_lutq_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut,
+                                                                     float scale, float *accf, float *y, int r0, int r1) {
+    size_t S = (size_t)w->G * w->M, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad;
+    const uint8_t *codes = (const uint8_t *)w->codes + r0;
+    int32_t *acc = (int32_t *)accf;
+    const __m512i ones = _mm512_set1_epi16(1);
+    for (size_t i = 0; i < n; i += 16) _mm512_store_si512(acc + i, _mm512_setzero_si512());
+    for (size_t s = 0; s < S; s += 2) {
+        const __m512i *ta = (const __m512i *)((const uint8_t *)qlut + s * 512);
+        int has_b = s + 1 < S; /* odd S: the last step pairs with an all-zero table */
+        __m512i t[16];
+        for (int i = 0; i < 8; i++) t[i] = _mm512_load_si512(ta + i);
+        for (int i = 0; i < 8; i++) t[8 + i] = has_b ? _mm512_load_si512(ta + 8 + i) : _mm512_setzero_si512();
+        const uint8_t *ca = codes + s * pad, *cb = has_b ? ca + pad : ca;
+        int pf = s + 3 + KVQ_LUT_PREFETCH < S;
+        for (size_t i = 0; i < n; i += 64) {
+            if (pf) {
+                _mm_prefetch((const char *)(ca + (2 + KVQ_LUT_PREFETCH) * pad + i), _MM_HINT_T0);
+                _mm_prefetch((const char *)(cb + (2 + KVQ_LUT_PREFETCH) * pad + i), _MM_HINT_T0);
+            }
+            __m512i ia = _mm512_load_si512(ca + i), ib = _mm512_load_si512(cb + i);
+            __mmask64 ma = _mm512_movepi8_mask(ia), mb = _mm512_movepi8_mask(ib);
+            __m512i alo = KVQ_PLANE_LOOKUP(t, ia, ma), ahi = KVQ_PLANE_LOOKUP(t + 4, ia, ma);
+            __m512i blo = KVQ_PLANE_LOOKUP(t + 8, ib, mb), bhi = KVQ_PLANE_LOOKUP(t + 12, ib, mb);
+            /* int16 A and B per row, then (A, B) pairs: same row order per lane as the f32 kernel */
+            __m512i a_lo = _mm512_unpacklo_epi8(alo, ahi), a_hi = _mm512_unpackhi_epi8(alo, ahi);
+            __m512i b_lo = _mm512_unpacklo_epi8(blo, bhi), b_hi = _mm512_unpackhi_epi8(blo, bhi);
+            __m512i v[4] = {_mm512_unpacklo_epi16(a_lo, b_lo), _mm512_unpackhi_epi16(a_lo, b_lo),
+                            _mm512_unpacklo_epi16(a_hi, b_hi), _mm512_unpackhi_epi16(a_hi, b_hi)};
+            int32_t *a = acc + i;
+            for (int k = 0; k < 4; k++)
+                _mm512_store_si512(a + 16 * k, _mm512_add_epi32(_mm512_load_si512(a + 16 * k), _mm512_madd_epi16(v[k], ones)));
+        }
+    }
+    /* Back to row order, to f32 with the token's table scale, then the row scales. */
+    __m512 sc = _mm512_set1_ps(scale);
+    for (size_t i = 0; i < n; i += 64) {
+        __m512i in[4], out[4];
+        for (int k = 0; k < 4; k++) in[k] = _mm512_load_si512(acc + i + 16 * k);
+        lanes4x4(in, out);
+        for (int k = 0; k < 4; k++) _mm512_store_ps(accf + i + 16 * k, _mm512_mul_ps(sc, _mm512_cvtepi32_ps(out[k])));
+    }
+    finish(w, accf, y, r0, r1);
+}

@@ -45,27 +45,33 @@
 
 static const kvq_mm_kernels k_scalar = {
     kvq_dense_gemv_scalar,      kvq_dense_rows_scalar,       kvq_gemm_scalar,      kvq_aqlm_lut_build_scalar,
-    kvq_aqlm_lut_gemv_scalar,   kvq_aqlm_gather_gemv_scalar, kvq_aqlm_rows_scalar,
+    kvq_aqlm_lut_gemv_scalar,   kvq_aqlm_gather_gemv_scalar, kvq_aqlm_rows_scalar, NULL, NULL, NULL,
 };
 #if defined(__x86_64__)
 static const kvq_mm_kernels k_avx2 = {
     kvq_dense_gemv_avx2,    kvq_dense_rows_avx2,       kvq_gemm_avx2,       kvq_aqlm_lut_build_avx2,
-    kvq_aqlm_lut_gemv_avx2, kvq_aqlm_gather_gemv_avx2, kvq_aqlm_rows_avx2,
+    kvq_aqlm_lut_gemv_avx2, kvq_aqlm_gather_gemv_avx2, kvq_aqlm_rows_avx2, NULL, NULL, NULL,
 };
 /* Widening/dequantizing tiles is not the bottleneck, so AVX-512 reuses the AVX2 ones. */
 static const kvq_mm_kernels k_avx512 = {
     kvq_dense_gemv_avx512,    kvq_dense_rows_avx2,         kvq_gemm_avx512,    kvq_aqlm_lut_build_avx512,
-    kvq_aqlm_lut_gemv_avx512, kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2,
+    kvq_aqlm_lut_gemv_avx512, kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2, NULL, NULL, NULL,
 };
 
 /* AVX-512 with byte permutes: only the LUT pair differs. */
 static const kvq_mm_kernels k_avx512_vbmi = {
     kvq_dense_gemv_avx512,  kvq_dense_rows_avx2,         kvq_gemm_avx512,    kvq_aqlm_lut_build_vbmi,
-    kvq_aqlm_lut_gemv_vbmi, kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2,
+    kvq_aqlm_lut_gemv_vbmi, kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2, NULL, NULL, NULL,
+};
+/* ... and with int16 tables (the f32-table kernels stay for > 65536 steps). */
+static const kvq_mm_kernels k_avx512_vbmi16 = {
+    kvq_dense_gemv_avx512,      kvq_dense_rows_avx2,         kvq_gemm_avx512,         kvq_aqlm_lut_build_vbmi,
+    kvq_aqlm_lut_gemv_vbmi,     kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2,      kvq_aqlm_lutq_build_avx512,
+    kvq_aqlm_lutq_pack_vbmi,    kvq_aqlm_lutq_gemv_vbmi,
 };
 #endif
 
-static int g_vbmi_on = 1, g_has_vbmi = -1;
+static int g_vbmi_on = 2, g_has_vbmi = -1;
 
 int kvq_cpu_has_vbmi(void) {
     int v = __atomic_load_n(&g_has_vbmi, __ATOMIC_ACQUIRE);
@@ -81,13 +87,17 @@ int kvq_cpu_has_vbmi(void) {
     return v;
 }
 
-int kvq_cpu_set_vbmi(int on) { return __atomic_exchange_n(&g_vbmi_on, on != 0, __ATOMIC_ACQ_REL); }
+int kvq_cpu_set_vbmi(int level) {
+    return __atomic_exchange_n(&g_vbmi_on, level < 0 ? 0 : level > 2 ? 2 : level, __ATOMIC_ACQ_REL);
+}
 
 static const kvq_mm_kernels *kernels(void) {
     switch (kvq_cpu_isa()) {
 #if defined(__x86_64__)
-    case KVQ_ISA_AVX512:
-        return __atomic_load_n(&g_vbmi_on, __ATOMIC_ACQUIRE) && kvq_cpu_has_vbmi() ? &k_avx512_vbmi : &k_avx512;
+    case KVQ_ISA_AVX512: {
+        int level = kvq_cpu_has_vbmi() ? __atomic_load_n(&g_vbmi_on, __ATOMIC_ACQUIRE) : 0;
+        return level == 2 ? &k_avx512_vbmi16 : level == 1 ? &k_avx512_vbmi : &k_avx512;
+    }
     case KVQ_ISA_AVX2: return &k_avx2;
 #endif
     default: return &k_scalar;
@@ -319,6 +329,41 @@ static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const f
     }
 }
 
+/* The int16-table LUT path: tables are built in f32 (each thread its groups),
+ * one barrier to agree on the token's scale (max |entry| over all tables),
+ * each thread packs its own tables, a second barrier, then every thread looks
+ * up its rows in all tables. The packed tables alternate between two buffers,
+ * as in matmul_lut. */
+#define KVQ_MAX_LUT_THREADS 1024
+static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
+                        float *lut, void *qluts, float *acc) {
+    size_t q_bytes = (size_t)w->G * w->M * 512;
+    int units = w->rows_pad / KVQ_AQLM_RB;
+    float maxes[KVQ_MAX_LUT_THREADS];
+    if (nt > KVQ_MAX_LUT_THREADS) nt = KVQ_MAX_LUT_THREADS;
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads(), g0, g1, u0, u1;
+        split(w->G, T, t, &g0, &g1);
+        split(units, T, t, &u0, &u1);
+        int r0 = u0 * KVQ_AQLM_RB, r1 = u1 * KVQ_AQLM_RB, y1 = r1 < w->rows ? r1 : w->rows;
+        for (int tok = 0; tok < n; tok++) {
+            maxes[t] = g1 > g0 ? k->lutq_build(w, x + (size_t)tok * w->cols, lut, g0, g1) : 0.0f;
+#pragma omp barrier
+            float mx = 0.0f;
+            for (int i = 0; i < T; i++) mx = maxes[i] > mx || maxes[i] != maxes[i] ? maxes[i] : mx;
+            /* mx = 0: all tables zero, any scale works; non-finite mx makes the outputs non-finite too */
+            float scale = mx / 32767.0f, inv = mx > 0.0f ? 32767.0f / mx : 0.0f;
+            void *q = (char *)qluts + (size_t)(tok & 1) * q_bytes;
+            k->lutq_pack(w, lut, inv, q, g0, g1);
+#pragma omp barrier
+            float *yt = y + (size_t)tok * w->rows;
+            if (r1 > r0) k->lutq_gemv(w, q, scale, acc + r0, yt, r0, r1);
+            add_bias(w, yt, r0, y1);
+        }
+    }
+}
+
 /* Dense and codeword-gather weights for a few tokens: one pass over the
  * weight per KVQ_GEMV_MAX_T tokens, rows split among threads. */
 static void matmul_gemv(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt) {
@@ -410,7 +455,12 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
 
     if (w->kind == KVQ_CW_AQLM_LUT && n < KVQ_LUT_MAX_N) {
         size_t lut_n = (size_t)w->G * w->M * 256;
-        float *luts = scratch(2 * lut_n + (size_t)w->rows_pad);
+        float *luts = scratch(2 * lut_n + (size_t)w->rows_pad); /* int16 path: f32 + 2 half-size tables */
+        /* int32 sums of int16 entries stay exact up to 65536 steps */
+        if (luts && k->lutq_gemv && (size_t)w->G * w->M <= 65536) {
+            matmul_lutq(k, w, x, y, n, nt, luts, luts + lut_n, luts + 2 * lut_n);
+            return;
+        }
         if (luts) {
             matmul_lut(k, w, x, y, n, nt, luts, luts + 2 * lut_n);
             return;

@@ -73,7 +73,19 @@ typedef struct {
     void (*gather_gemv)(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
     /* AQLM rows [r0, r1) dequantized (scale applied) into out[(r-r0)*cols]. */
     void (*aqlm_rows)(const kvq_cpu_weight *w, int r0, int r1, float *out);
+    /* Optional int16-table LUT path (NULL: f32 tables). lutq_build: f32 tables
+     * of groups [g0, g1) as lut_build (plain f32 [256] layout), returns their
+     * max |value|; lutq_pack: those tables as q = round(T * inv_scale) int16
+     * tables (512 bytes per step, the kernel's layout); lutq_gemv: lut_gemv on
+     * the int16 tables, value = q * scale. */
+    float (*lutq_build)(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
+    void (*lutq_pack)(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, int g0, int g1);
+    void (*lutq_gemv)(const kvq_cpu_weight *w, const void *qlut, float scale, float *acc, float *y, int r0, int r1);
 } kvq_mm_kernels;
+
+/* Accuracy of the int16-table path against the f32 reference (rel L2 over a
+ * matmul's outputs) that tests/test_matmul.c holds it to; see cpu_aqlm_avx512.c. */
+#define KVQ_LUT_I16_REL_L2 2e-4
 
 /* Code of (row o, group g, codebook m) in the uploaded layout. */
 static inline uint32_t kvq_cw_code(const kvq_cpu_weight *w, size_t o, size_t g, size_t m) {
@@ -88,8 +100,9 @@ static inline float kvq_cw_val(const kvq_cpu_weight *w, size_t m, uint32_t c, si
 }
 
 /* AVX-512 VBMI (byte permutes) turns the LUT lookups into register shuffles:
- * used with the AVX-512 ISA when the CPU has it. kvq_cpu_set_vbmi(0) turns it
- * off (tests cover both paths); returns the previous setting. */
+ * used with the AVX-512 ISA when the CPU has it. kvq_cpu_set_vbmi(level):
+ * 0 off, 1 f32 tables, 2 int16 tables (the default); tests cover all three.
+ * Returns the previous setting. */
 int kvq_cpu_has_vbmi(void);
 int kvq_cpu_set_vbmi(int on);
 
@@ -122,6 +135,9 @@ void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, float *
 void kvq_aqlm_lut_build_vbmi(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
 void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
 void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
+float kvq_aqlm_lutq_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
+void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, int g0, int g1);
+void kvq_aqlm_lutq_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut, float scale, float *acc, float *y, int r0, int r1);
 #endif
 
 #endif
