@@ -4,7 +4,7 @@
  *
  * Bandwidth comes from kvq_bench_mem_bw_gbs (bench_common.c, shared with the
  * other subcommands). Each AQLM shape is uploaded in enough copies to span
- * --mb megabytes (256) and the copies are cycled, so the GEMV is not a cache
+ * --mb megabytes (1024) and the copies are cycled, so the GEMV is not a cache
  * benchmark either. Every copy has its own codes: 16-bit codes are used in
  * place, so copies sharing one buffer would share the memory too. */
 #include <omp.h>
@@ -57,7 +57,10 @@ static int bench_format(int rows, int cols, int M, int nbits, size_t min_bytes, 
     if (!w || !codes) return kvq_tool_die(PROG, "out of memory");
     for (int i = 0; i < copies; i++) {
         if (!(codes[i] = kvq_alloc_aligned(n_codes * cbytes))) return kvq_tool_die(PROG, "out of memory");
-        for (size_t j = 0; j < n_codes * cbytes; j++) codes[i][j] = (uint8_t)rnd();
+        for (size_t j = 0; j < n_codes * cbytes; j += 4) { /* n_codes is a multiple of 4: rows x (cols/8), cols % 32 == 0 */
+            uint32_t r = rnd();
+            memcpy(codes[i] + j, &r, 4);
+        }
         d.codes = codes[i];
         if (!(w[i] = kvq_cpu_weight_new(&d))) return kvq_tool_die(PROG, "%s", kvq_last_error());
     }
@@ -90,13 +93,13 @@ static int bench_format(int rows, int cols, int M, int nbits, size_t min_bytes, 
 
 static void usage(FILE *f) {
     fprintf(f, "usage: kvq-bench aqlm [-t THREADS] [--rows R --cols C] [--mb MB] [--no-vbmi] [--f32-lut]\n"
-               "  default shapes: 4096x4096, 11008x4096 (Llama-2-7B), 4096x14336, 14336x4096 (Llama-3-8B); MB: weight copies cycled per shape (256)\n"
+               "  default shapes: 4096x4096, 11008x4096 (Llama-2-7B), 4096x14336, 14336x4096 (Llama-3-8B); MB: weight copies cycled per shape (1024: past any LLC)\n"
                "  KVQ_ISA=scalar|avx2|avx512 caps the kernels; --no-vbmi skips the AVX-512 VBMI lookups,\n"
                "  --f32-lut uses them with f32 tables instead of int16 tables\n");
 }
 
 int kvq_bench_aqlm(int argc, char **argv) {
-    long nt = omp_get_max_threads(), rows = 0, cols = 0, mb = 256;
+    long nt = omp_get_max_threads(), rows = 0, cols = 0, mb = 1024;
     int no_vbmi = 0, f32_lut = 0;
     /* argv[0] is the subcommand ("aqlm"); options follow. */
     for (int i = 1; i < argc; i++) {
@@ -104,7 +107,7 @@ int kvq_bench_aqlm(int argc, char **argv) {
         long *dst = NULL, lo = 1, hi = 1 << 20;
         if (!strcmp(a, "-t") || !strcmp(a, "--threads")) dst = &nt, hi = 1024;
         else if (!strcmp(a, "--rows")) dst = &rows;
-        else if (!strcmp(a, "--cols")) dst = &cols, lo = 8;
+        else if (!strcmp(a, "--cols")) dst = &cols, lo = 32;
         else if (!strcmp(a, "--mb")) dst = &mb, hi = 1 << 16;
         else if (!strcmp(a, "--no-vbmi")) {
             no_vbmi = 1;
@@ -123,7 +126,7 @@ int kvq_bench_aqlm(int argc, char **argv) {
             return kvq_tool_die(PROG, "%s needs a number in %ld..%ld", a, lo, hi);
     }
     if ((rows == 0) != (cols == 0)) return kvq_tool_die(PROG, "give both --rows and --cols");
-    if (cols % 8) return kvq_tool_die(PROG, "--cols must be a multiple of 8");
+    if (cols % 32) return kvq_tool_die(PROG, "--cols must be a multiple of 32");
 
     int shapes[4][2] = {{4096, 4096}, {11008, 4096}, {4096, 14336}, {14336, 4096}}, n_shapes = 4;
     if (rows) shapes[0][0] = (int)rows, shapes[0][1] = (int)cols, n_shapes = 1;

@@ -97,24 +97,6 @@ static void transpose_block(uint8_t *dst, const uint8_t *src, size_t S, size_t p
         for (size_t r = 0; r < 64; r++) dst[s * pad + r] = src[r * S + s];
 }
 
-/* LUT codes: large buffers on 2 MB pages where the kernel allows it (the
- * load then takes 1/512 of the page faults, the GEMV fewer TLB misses). */
-static void *alloc_codes(size_t bytes, kvq_cpu_weight *w, const kvq_weight_desc *d) {
-    const size_t huge = (size_t)2 << 20;
-    if (bytes < 2 * huge) return alloc_for(bytes, 1, w, d);
-    size_t r = (bytes + huge - 1) / huge * huge;
-    void *p = aligned_alloc(huge, r);
-    if (!p) {
-        kvq_fail(KVQ_ERR_NOMEM, "%s: cannot allocate %zu bytes for AQLM codes", wname(d), bytes);
-        return NULL;
-    }
-#ifdef MADV_HUGEPAGE
-    madvise(p, r, MADV_HUGEPAGE);
-#endif
-    w->bytes += bytes;
-    return p;
-}
-
 /* Codes for all rows, reduced mod 2^nbits, into the layout of w->kind. */
 static void repack_codes(kvq_cpu_weight *w, const kvq_weight_desc *d) {
     size_t S = (size_t)w->G * w->M, rows = (size_t)w->rows, pad = (size_t)w->rows_pad;
@@ -168,7 +150,7 @@ int kvq_cpu_aqlm_init(kvq_cpu_weight *w, const kvq_weight_desc *d) {
         w->codes = (void *)(uintptr_t)d->codes;
         w->bytes += n_codes * 2;
     } else {
-        if (!(w->codes = lut ? alloc_codes(n_codes, w, d) : alloc_for(n_codes, 2, w, d))) return KVQ_ERR_NOMEM;
+        if (!(w->codes = alloc_for(n_codes, lut ? 1 : 2, w, d))) return KVQ_ERR_NOMEM;
         w->owned |= KVQ_OWN_CODES;
     }
     if (!(w->scales = alloc_for((size_t)w->rows_pad, sizeof(float), w, d))) return KVQ_ERR_NOMEM;
