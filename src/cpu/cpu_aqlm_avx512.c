@@ -3,6 +3,7 @@
  * with VBMI 64 rows per byte shuffle (below). Codeword path: 8-value fp16
  * codewords are widened in pairs into one zmm. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "cpu/cpu_matmul_impl.h"
 
@@ -275,12 +276,13 @@ static const uint8_t k_even_idx[64] = {
 };
 
 __attribute__((target("avx512vbmi"))) void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu_weight *w, const float *lut,
-                                                                     float inv_scale, void *qlut, int g0, int g1) {
+                                                                     float inv_scale, void *qlut, size_t pair_stride,
+                                                                     int g0, int g1) {
     __m512i even = _mm512_loadu_si512(k_even_idx), odd = _mm512_add_epi8(even, _mm512_set1_epi8(1));
     __m512 inv = _mm512_set1_ps(inv_scale);
     for (size_t s = (size_t)g0 * w->M; s < (size_t)g1 * w->M; s++) {
         const float *src = lut + s * 256;
-        uint8_t *dst = (uint8_t *)qlut + s * 512;
+        uint8_t *dst = (uint8_t *)qlut + s / 2 * pair_stride + (s & 1) * 512;
         for (int q = 0; q < 4; q++) {
             __m256i h[4];
             for (int i = 0; i < 4; i++)
@@ -297,19 +299,51 @@ __attribute__((target("avx512vbmi"))) void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu
 #define KVQ_PLANE_LOOKUP(t, idx, top) \
     _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8((t)[0], idx, (t)[1]), _mm512_permutex2var_epi8((t)[2], idx, (t)[3]))
 
+/* Tables of steps s, s+1 (512 bytes each; t[8..15] zero past the last step) into registers. */
+static inline __attribute__((always_inline)) void load_pair(__m512i t[16], const uint8_t *q, int has_b) {
+    const __m512i *ta = (const __m512i *)q;
+    for (int i = 0; i < 8; i++) t[i] = _mm512_load_si512(ta + i);
+    for (int i = 0; i < 8; i++) t[8 + i] = has_b ? _mm512_load_si512(ta + 8 + i) : _mm512_setzero_si512();
+}
+
+/* acc[64 rows, lane-permuted] += table_A[ca] + table_B[cb] for one 64-row block. */
+static inline __attribute__((always_inline, target("avx512vbmi"))) void lookup_pair(const __m512i t[16], const uint8_t *ca,
+                                                                                   const uint8_t *cb, int32_t *a) {
+    const __m512i ones = _mm512_set1_epi16(1);
+    __m512i ia = _mm512_load_si512(ca), ib = _mm512_load_si512(cb);
+    __mmask64 ma = _mm512_movepi8_mask(ia), mb = _mm512_movepi8_mask(ib);
+    __m512i alo = KVQ_PLANE_LOOKUP(t, ia, ma), ahi = KVQ_PLANE_LOOKUP(t + 4, ia, ma);
+    __m512i blo = KVQ_PLANE_LOOKUP(t + 8, ib, mb), bhi = KVQ_PLANE_LOOKUP(t + 12, ib, mb);
+    /* int16 A and B per row, then (A, B) pairs: same row order per lane as the f32 kernel */
+    __m512i a_lo = _mm512_unpacklo_epi8(alo, ahi), a_hi = _mm512_unpackhi_epi8(alo, ahi);
+    __m512i b_lo = _mm512_unpacklo_epi8(blo, bhi), b_hi = _mm512_unpackhi_epi8(blo, bhi);
+    __m512i v[4] = {_mm512_unpacklo_epi16(a_lo, b_lo), _mm512_unpackhi_epi16(a_lo, b_lo),
+                    _mm512_unpacklo_epi16(a_hi, b_hi), _mm512_unpackhi_epi16(a_hi, b_hi)};
+    for (int k = 0; k < 4; k++)
+        _mm512_store_si512(a + 16 * k, _mm512_add_epi32(_mm512_load_si512(a + 16 * k), _mm512_madd_epi16(v[k], ones)));
+}
+
+/* n rows of int32 sums (lane-permuted, n a multiple of 64) -> row order, times scale, into out (may alias acc). */
+static inline __attribute__((always_inline)) void acc_to_f32(const int32_t *acc, float scale, float *out, size_t n) {
+    __m512 sc = _mm512_set1_ps(scale);
+    for (size_t i = 0; i < n; i += 64) {
+        __m512i in[4], o[4];
+        for (int k = 0; k < 4; k++) in[k] = _mm512_load_si512(acc + i + 16 * k);
+        lanes4x4(in, o);
+        for (int k = 0; k < 4; k++) _mm512_store_ps(out + i + 16 * k, _mm512_mul_ps(sc, _mm512_cvtepi32_ps(o[k])));
+    }
+}
+
 __attribute__((target("avx512vbmi"))) void kvq_aqlm_lutq_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut,
                                                                      float scale, float *accf, float *y, int r0, int r1) {
     size_t S = (size_t)w->G * w->M, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad;
     const uint8_t *codes = (const uint8_t *)w->codes + r0;
     int32_t *acc = (int32_t *)accf;
-    const __m512i ones = _mm512_set1_epi16(1);
     for (size_t i = 0; i < n; i += 16) _mm512_store_si512(acc + i, _mm512_setzero_si512());
     for (size_t s = 0; s < S; s += 2) {
-        const __m512i *ta = (const __m512i *)((const uint8_t *)qlut + s * 512);
         int has_b = s + 1 < S; /* odd S: the last step pairs with an all-zero table */
         __m512i t[16];
-        for (int i = 0; i < 8; i++) t[i] = _mm512_load_si512(ta + i);
-        for (int i = 0; i < 8; i++) t[8 + i] = has_b ? _mm512_load_si512(ta + 8 + i) : _mm512_setzero_si512();
+        load_pair(t, (const uint8_t *)qlut + s * 512, has_b);
         const uint8_t *ca = codes + s * pad, *cb = has_b ? ca + pad : ca;
         int pf = s + 3 + KVQ_LUT_PREFETCH < S;
         for (size_t i = 0; i < n; i += 64) {
@@ -317,27 +351,54 @@ __attribute__((target("avx512vbmi"))) void kvq_aqlm_lutq_gemv_vbmi(const kvq_cpu
                 _mm_prefetch((const char *)(ca + (2 + KVQ_LUT_PREFETCH) * pad + i), _MM_HINT_T0);
                 _mm_prefetch((const char *)(cb + (2 + KVQ_LUT_PREFETCH) * pad + i), _MM_HINT_T0);
             }
-            __m512i ia = _mm512_load_si512(ca + i), ib = _mm512_load_si512(cb + i);
-            __mmask64 ma = _mm512_movepi8_mask(ia), mb = _mm512_movepi8_mask(ib);
-            __m512i alo = KVQ_PLANE_LOOKUP(t, ia, ma), ahi = KVQ_PLANE_LOOKUP(t + 4, ia, ma);
-            __m512i blo = KVQ_PLANE_LOOKUP(t + 8, ib, mb), bhi = KVQ_PLANE_LOOKUP(t + 12, ib, mb);
-            /* int16 A and B per row, then (A, B) pairs: same row order per lane as the f32 kernel */
-            __m512i a_lo = _mm512_unpacklo_epi8(alo, ahi), a_hi = _mm512_unpackhi_epi8(alo, ahi);
-            __m512i b_lo = _mm512_unpacklo_epi8(blo, bhi), b_hi = _mm512_unpackhi_epi8(blo, bhi);
-            __m512i v[4] = {_mm512_unpacklo_epi16(a_lo, b_lo), _mm512_unpackhi_epi16(a_lo, b_lo),
-                            _mm512_unpacklo_epi16(a_hi, b_hi), _mm512_unpackhi_epi16(a_hi, b_hi)};
-            int32_t *a = acc + i;
-            for (int k = 0; k < 4; k++)
-                _mm512_store_si512(a + 16 * k, _mm512_add_epi32(_mm512_load_si512(a + 16 * k), _mm512_madd_epi16(v[k], ones)));
+            lookup_pair(t, ca + i, cb + i, acc + i);
         }
     }
     /* Back to row order, to f32 with the token's table scale, then the row scales. */
-    __m512 sc = _mm512_set1_ps(scale);
-    for (size_t i = 0; i < n; i += 64) {
-        __m512i in[4], out[4];
-        for (int k = 0; k < 4; k++) in[k] = _mm512_load_si512(acc + i + 16 * k);
-        lanes4x4(in, out);
-        for (int k = 0; k < 4; k++) _mm512_store_ps(accf + i + 16 * k, _mm512_mul_ps(sc, _mm512_cvtepi32_ps(out[k])));
-    }
+    acc_to_f32(acc, scale, accf, n);
     finish(w, accf, y, r0, r1);
+}
+
+/* Many tokens per pass over the codes (prompts): rows in blocks of
+ * KVQ_LUTQ_BLOCK, within a block every step pair is looked up for all nt
+ * tokens while its codes sit in L1, so the codes are read once per call and
+ * the kernel runs at the lookup rate instead of the memory rate. The tables
+ * of one step pair for all tokens are adjacent (pair_stride = nt KB), so a
+ * block streams them in order; the int32 sums (nt x block) stay in L1. */
+#define KVQ_LUTQ_BLOCK 4096
+__attribute__((target("avx512vbmi"))) void kvq_aqlm_lutq_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts,
+                                                                     size_t pair_stride, const float *scales, int nt,
+                                                                     float *y, size_t ldy, int r0, int r1) {
+    size_t S = (size_t)w->G * w->M, pad = (size_t)w->rows_pad;
+    _Alignas(64) int32_t acc[KVQ_LUTQ_MAX_T * KVQ_LUTQ_BLOCK];
+    _Alignas(64) float out[KVQ_LUTQ_BLOCK];
+    for (int b0 = r0; b0 < r1; b0 += KVQ_LUTQ_BLOCK) {
+        size_t nb = (size_t)(r1 - b0 < KVQ_LUTQ_BLOCK ? r1 - b0 : KVQ_LUTQ_BLOCK);
+        const uint8_t *codes = (const uint8_t *)w->codes + b0;
+        memset(acc, 0, sizeof(int32_t) * KVQ_LUTQ_BLOCK * (size_t)nt);
+        for (size_t s = 0; s < S; s += 2) {
+            int has_b = s + 1 < S;
+            const uint8_t *ca = codes + s * pad, *cb = has_b ? ca + pad : ca;
+            if (s + 6 < S)
+                for (size_t i = 0; i < nb; i += 64) {
+                    _mm_prefetch((const char *)(ca + 4 * pad + i), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(ca + 5 * pad + i), _MM_HINT_T0);
+                }
+            for (int t = 0; t < nt; t++) {
+                __m512i tb[16];
+                load_pair(tb, (const uint8_t *)qluts + s / 2 * pair_stride + (size_t)t * 1024, has_b);
+                int32_t *a = acc + (size_t)t * KVQ_LUTQ_BLOCK;
+                for (size_t i = 0; i < nb; i += 64) lookup_pair(tb, ca + i, cb + i, a + i);
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            acc_to_f32(acc + (size_t)t * KVQ_LUTQ_BLOCK, scales[t], out, nb);
+            float *yt = y + (size_t)t * ldy;
+            int end = b0 + (int)nb < w->rows ? b0 + (int)nb : w->rows;
+            for (int o = b0; o < end; o += 16) {
+                __mmask16 m = end - o >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (end - o)) - 1u);
+                _mm512_mask_storeu_ps(yt + o, m, _mm512_mul_ps(_mm512_load_ps(w->scales + o), _mm512_load_ps(out + (o - b0))));
+            }
+        }
+    }
 }

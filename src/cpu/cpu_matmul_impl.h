@@ -76,12 +76,22 @@ typedef struct {
     /* Optional int16-table LUT path (NULL: f32 tables). lutq_build: f32 tables
      * of groups [g0, g1) as lut_build (plain f32 [256] layout), returns their
      * max |value|; lutq_pack: those tables as q = round(T * inv_scale) int16
-     * tables (512 bytes per step, the kernel's layout); lutq_gemv: lut_gemv on
-     * the int16 tables, value = q * scale. */
+     * tables (512 bytes per step; steps s, s+1 adjacent at qlut + s/2 * pair_stride,
+     * 1024 for one token); lutq_gemv: lut_gemv on one token's int16 tables
+     * (pair_stride 1024), value = q * scale. */
     float (*lutq_build)(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
-    void (*lutq_pack)(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, int g0, int g1);
+    void (*lutq_pack)(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride, int g0,
+                      int g1);
     void (*lutq_gemv)(const kvq_cpu_weight *w, const void *qlut, float scale, float *acc, float *y, int r0, int r1);
+    /* lutq_gemv for nt <= KVQ_LUTQ_MAX_T tokens in one pass over the codes: token t's
+     * tables packed at qluts + t*1024 with pair_stride nt*1024, scale scales[t],
+     * its outputs at y + t*ldy. */
+    void (*lutq_gemm)(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
+                      float *y, size_t ldy, int r0, int r1);
 } kvq_mm_kernels;
+
+/* Most tokens one lutq_gemm call takes (its int32 sums live on the stack). */
+#define KVQ_LUTQ_MAX_T 8
 
 /* Accuracy of the int16-table path against the f32 reference (rel L2 over a
  * matmul's outputs) that tests/test_matmul.c holds it to; see cpu_aqlm_avx512.c. */
@@ -136,8 +146,11 @@ void kvq_aqlm_lut_build_vbmi(const kvq_cpu_weight *w, const float *x, float *lut
 void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
 void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 float kvq_aqlm_lutq_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
-void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, int g0, int g1);
+void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
+                             int g0, int g1);
 void kvq_aqlm_lutq_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut, float scale, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_lutq_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
+                             float *y, size_t ldy, int r0, int r1);
 #endif
 
 #endif
