@@ -52,6 +52,15 @@ static const kvq_mm_kernels k_scalar = {
     kvq_dense_gemv_scalar,      kvq_dense_rows_scalar,       kvq_gemm_scalar,      kvq_aqlm_lut_build_scalar,
     kvq_aqlm_lut_gemv_scalar,   kvq_aqlm_gather_gemv_scalar, kvq_aqlm_rows_scalar, NULL, NULL, NULL, NULL,
 };
+#if defined(__aarch64__)
+/* Tables are built in f32 and looked up as int16 (tbl/tbx); no batched lookup
+ * kernel yet, so prompts take the tile path with the NEON GEMM. */
+static const kvq_mm_kernels k_neon = {
+    kvq_dense_gemv_neon,      kvq_dense_rows_scalar,      kvq_gemm_neon,           kvq_aqlm_lut_build_scalar,
+    kvq_aqlm_lut_gemv_scalar, kvq_aqlm_gather_gemv_neon,  kvq_aqlm_rows_scalar,    kvq_aqlm_lutq_build_neon,
+    kvq_aqlm_lutq_pack_neon,  kvq_aqlm_lutq_gemv_neon,    NULL,
+};
+#endif
 #if defined(__x86_64__)
 static const kvq_mm_kernels k_avx2 = {
     kvq_dense_gemv_avx2,    kvq_dense_rows_avx2,       kvq_gemm_avx2,       kvq_aqlm_lut_build_avx2,
@@ -104,6 +113,9 @@ static const kvq_mm_kernels *kernels(void) {
         return level == 2 ? &k_avx512_vbmi16 : level == 1 ? &k_avx512_vbmi : &k_avx512;
     }
     case KVQ_ISA_AVX2: return &k_avx2;
+#endif
+#if defined(__aarch64__)
+    case KVQ_ISA_NEON: return &k_neon;
 #endif
     default: return &k_scalar;
     }

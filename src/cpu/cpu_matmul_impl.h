@@ -128,6 +128,17 @@ void kvq_aqlm_lut_gemv_scalar(const kvq_cpu_weight *w, const float *lut, float *
 void kvq_aqlm_gather_gemv_scalar(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 void kvq_aqlm_rows_scalar(const kvq_cpu_weight *w, int r0, int r1, float *out);
 
+#if defined(__aarch64__)
+/* cpu_matmul_neon.c */
+void kvq_dense_gemv_neon(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
+void kvq_gemm_neon(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy);
+float kvq_aqlm_lutq_build_neon(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
+void kvq_aqlm_lutq_pack_neon(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
+                             int g0, int g1);
+void kvq_aqlm_lutq_gemv_neon(const kvq_cpu_weight *w, const void *qlut, float scale, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_gather_gemv_neon(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
+#endif
+
 #if defined(__x86_64__)
 /* cpu_dense_avx2.c / cpu_aqlm_avx2.c */
 void kvq_dense_gemv_avx2(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
