@@ -36,23 +36,26 @@ static uint16_t f32_to_bf16(float f) { /* truncation is fine: the test only need
 }
 
 /* Every kernel path this machine can run: each ISA, and AVX-512 without the
- * VBMI lookup kernels, with f32 tables and with int16 tables. Returns 0 past
- * the last; sets it up otherwise. */
+ * VBMI lookup kernels, with f32 tables and with int16 tables, with AMX tiles
+ * for batches where the CPU has them and once without. Returns 0 past the
+ * last; sets it up otherwise. */
 typedef struct {
     kvq_isa isa;
-    int vbmi;
+    int vbmi, amx;
 } path;
 
 static int path_get(int i, path *p) {
     for (int isa = KVQ_ISA_SCALAR; isa <= KVQ_ISA_NEON; isa++) {
         if (!kvq_cpu_isa_available((kvq_isa)isa)) continue;
-        int variants = isa == KVQ_ISA_AVX512 && kvq_cpu_has_vbmi() ? 3 : 1;
+        int variants = isa == KVQ_ISA_AVX512 ? (kvq_cpu_has_vbmi() ? 3 : 1) + kvq_cpu_has_amx() : 1;
         for (int v = 0; v < variants; v++, i--)
             if (i == 0) {
                 p->isa = (kvq_isa)isa;
-                p->vbmi = v;
+                p->amx = isa == KVQ_ISA_AVX512 && kvq_cpu_has_amx() && v < variants - 1;
+                p->vbmi = isa != KVQ_ISA_AVX512 || !kvq_cpu_has_vbmi() ? 0 : v < 3 ? v : 2;
                 kvq_cpu_set_isa(p->isa);
-                kvq_cpu_set_vbmi(v);
+                kvq_cpu_set_vbmi(p->vbmi);
+                kvq_cpu_set_amx(p->amx);
                 return 1;
             }
     }
@@ -60,15 +63,19 @@ static int path_get(int i, path *p) {
 }
 
 static const char *path_name(const path *p) {
-    return p->vbmi == 2 ? "avx512+vbmi-i16" : p->vbmi ? "avx512+vbmi-f32" : kvq_isa_name(p->isa);
+    static const char *names[2][3] = {{"avx512", "avx512+vbmi-f32", "avx512+vbmi-i16"},
+                                      {"avx512+amx", "avx512+vbmi-f32+amx", "avx512+vbmi-i16+amx"}};
+    return p->isa == KVQ_ISA_AVX512 ? names[p->amx][p->vbmi] : kvq_isa_name(p->isa);
 }
 
 /* Tolerance of a path against the f32 reference: int16 LUTs (8-bit AQLM
- * codes, any batch size) have their stated bound, everything else f32 rounding. */
+ * codes, up to 39 tokens) and AMX tiles (16 tokens or more) have their stated
+ * bounds, everything else f32 rounding. */
 static double path_tol(const path *p, const kvq_weight_desc *d, int n) {
-    (void)n;
-    int lut = d->fmt == KVQ_W_AQLM && d->nbits == 8;
-    return lut && p->vbmi == 2 ? KVQ_LUT_I16_REL_L2 : 1e-5;
+    int lut8 = d->fmt == KVQ_W_AQLM && d->nbits == 8;
+    if (p->vbmi == 2 && lut8 && n < 40) return KVQ_LUT_I16_REL_L2;
+    if (p->amx && n >= 16) return KVQ_AMX_REL_L2;
+    return 1e-5;
 }
 
 /* ---- hand-worked example: 2 rows x 16 cols, M=2, 8-bit codes, in_group 8 ---- */
@@ -167,6 +174,7 @@ static void test_ref_tiny_aqlm(void **state) {
         }
         kvq_cpu_set_isa(saved);
         kvq_cpu_set_vbmi(2);
+        kvq_cpu_set_amx(1);
         wdesc_free(&w);
     }
 }
@@ -268,6 +276,7 @@ static void check_weight(const wdesc *w, const int *ns, int n_ns, const char *wh
     }
     kvq_cpu_set_isa(saved);
     kvq_cpu_set_vbmi(2);
+    kvq_cpu_set_amx(1);
     free(x);
     free(y);
     free(yr);
@@ -275,7 +284,7 @@ static void check_weight(const wdesc *w, const int *ns, int n_ns, const char *wh
     free(row_ref);
 }
 
-static const int batch_sizes[] = {1, 3, 17, 64};
+static const int batch_sizes[] = {1, 3, 17, 45};
 
 static void test_dense(void **state) {
     (void)state;

@@ -31,8 +31,14 @@
 /* With int16 tables (VBMI) a batch of tokens shares one pass over the codes;
  * per core (CPU time, 4096x4096 and 11008x4096 2x8) that runs at 70-80 GFLOP/s
  * equivalent from n = 4 on, against 38 for our tile GEMM at n = 16 and 74 / 110
- * for dequantize + OpenBLAS sgemm at n = 64 / 256: so up to 63 tokens. */
-#define KVQ_LUTQ_MAX_N 64
+ * for dequantize + OpenBLAS sgemm at n = 64 / 256. AMX tiles (below) pay a
+ * fixed ~0.75 ns per weight for dequantizing and packing, then run at
+ * 100 / 240 / 290 GFLOP/s at n = 64 / 256 / 512; they overtake the tables
+ * between 32 and 64 tokens (4096x4096: 15.9 vs 14.2 ms at 32, 19.8 vs 31 at 64). */
+#define KVQ_LUTQ_MAX_N 40
+/* From this many tokens on, AMX tiles (where the CPU has them) take every weight
+ * kind that the tables above do not. */
+#define KVQ_AMX_MIN_N 16
 /* Rows per tile in the batched path without BLAS (a tile of f32 rows stays in
  * L2); LUT-layout AQLM uses 64-row tiles so each 64-byte line of codes is
  * dequantized in one go. */
@@ -85,7 +91,28 @@ static const kvq_mm_kernels k_avx512_vbmi16 = {
 };
 #endif
 
-static int g_vbmi_on = 2, g_has_vbmi = -1;
+static int g_vbmi_on = 2, g_has_vbmi = -1, g_amx_on = 1, g_has_amx = -1;
+
+int kvq_cpu_has_amx(void) {
+    int v = __atomic_load_n(&g_has_amx, __ATOMIC_ACQUIRE);
+    if (v < 0) {
+#if defined(__x86_64__)
+        v = kvq_cpu_isa_available(KVQ_ISA_AVX512) && kvq_amx_probe();
+#else
+        v = 0;
+#endif
+        __atomic_store_n(&g_has_amx, v, __ATOMIC_RELEASE);
+    }
+    return v;
+}
+
+int kvq_cpu_set_amx(int on) { return __atomic_exchange_n(&g_amx_on, on != 0, __ATOMIC_ACQ_REL); }
+
+#if defined(__x86_64__)
+static int amx_on(void) {
+    return kvq_cpu_isa() == KVQ_ISA_AVX512 && __atomic_load_n(&g_amx_on, __ATOMIC_ACQUIRE) && kvq_cpu_has_amx();
+}
+#endif
 
 int kvq_cpu_has_vbmi(void) {
     int v = __atomic_load_n(&g_has_vbmi, __ATOMIC_ACQUIRE);
@@ -478,6 +505,43 @@ static void matmul_tiled(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const
     }
 }
 
+#if defined(__x86_64__)
+/* Batches on AMX tiles: activations split into bf16 hi/lo once, then every
+ * thread takes 64-row blocks: widen/dequantize to f32, pack as tiles, and run
+ * all tokens through them (cpu_amx_avx512.c). */
+#define KVQ_AMX_ROWS 64
+static size_t amx_scratch_floats(const kvq_cpu_weight *w, int n, int nt) {
+    size_t kp = ((size_t)w->cols + 31) / 32 * 32, n_pad = ((size_t)n + 15) / 16 * 16;
+    return n_pad * kp + (size_t)nt * (KVQ_AMX_ROWS * (size_t)w->cols + KVQ_AMX_ROWS * kp);
+}
+
+static void matmul_amx(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
+                       float *buf) {
+    int cols = w->cols, kp = (cols + 31) / 32 * 32, n_pad = (n + 15) / 16 * 16;
+    int blocks = (w->rows + KVQ_AMX_ROWS - 1) / KVQ_AMX_ROWS;
+    uint16_t *xh = (uint16_t *)buf, *xl = xh + (size_t)n_pad * kp;
+    float *per_thread = buf + (size_t)n_pad * kp;
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads(), a, b;
+        split(n_pad, T, t, &a, &b);
+        kvq_amx_pack_x(x, n, cols, a, b, kp, xh, xl);
+        float *wbuf = per_thread + (size_t)t * (KVQ_AMX_ROWS * (size_t)cols + KVQ_AMX_ROWS * (size_t)kp);
+        uint32_t *bh = (uint32_t *)(wbuf + KVQ_AMX_ROWS * (size_t)cols), *bl = bh + KVQ_AMX_ROWS * (size_t)kp / 2;
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (int blk = 0; blk < blocks; blk++) {
+            int r0 = blk * KVQ_AMX_ROWS, r1 = r0 + KVQ_AMX_ROWS < w->rows ? r0 + KVQ_AMX_ROWS : w->rows;
+            const float *W = tile_f32(k, w, r0, r1, wbuf);
+            kvq_amx_pack_w(W, (size_t)cols, r1 - r0, cols, kp, bh, bl);
+            kvq_amx_block(xh, xl, n, kp, bh, bl, r1 - r0, y + r0, (size_t)w->rows);
+            if (w->bias)
+                for (int i = 0; i < n; i++) add_bias(w, y + (size_t)i * w->rows, r0, r1);
+        }
+    }
+}
+#endif
+
 #if defined(KVQ_HAVE_BLAS)
 /* Rows per sgemm call: about KVQ_BLAS_CHUNK weights, in 64-row units. */
 static int blas_chunk_rows(const kvq_cpu_weight *w) {
@@ -543,6 +607,15 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
         matmul_gemv(k, w, x, y, n, nt);
         return;
     }
+#if defined(__x86_64__)
+    if (n >= KVQ_AMX_MIN_N && amx_on()) {
+        float *buf = scratch(amx_scratch_floats(w, n, nt));
+        if (buf) {
+            matmul_amx(k, w, x, y, n, nt, buf);
+            return;
+        }
+    }
+#endif
 #if defined(KVQ_HAVE_BLAS)
     if (n >= KVQ_BLAS_MIN_N) {
         float *buf = scratch((size_t)blas_chunk_rows(w) * w->cols);

@@ -115,6 +115,12 @@ static inline float kvq_cw_val(const kvq_cpu_weight *w, size_t m, uint32_t c, si
  * Returns the previous setting. */
 int kvq_cpu_has_vbmi(void);
 int kvq_cpu_set_vbmi(int on);
+/* AMX tiles for batches of KVQ_AMX_MIN_N tokens or more, on CPUs (and kernels)
+ * that have them; kvq_cpu_set_amx(0) turns them off. Accuracy against the f32
+ * reference (rel L2) that tests/test_matmul.c holds the path to: */
+int kvq_cpu_has_amx(void);
+int kvq_cpu_set_amx(int on);
+#define KVQ_AMX_REL_L2 3e-5
 
 /* cpu_aqlm.c: AQLM upload (fills the AQLM fields of w, adds to w->bytes). */
 int kvq_cpu_aqlm_init(kvq_cpu_weight *w, const kvq_weight_desc *d);
@@ -156,6 +162,12 @@ void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, float *
 void kvq_aqlm_lut_build_vbmi(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
 void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
 void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
+/* cpu_amx_avx512.c: bf16 tiles with hi/lo splits (see there). */
+int kvq_amx_probe(void);
+void kvq_amx_pack_x(const float *x, int n, int cols, int t0, int t1, int kp, uint16_t *xh, uint16_t *xl);
+void kvq_amx_pack_w(const float *W, size_t ldw, int nr, int cols, int kp, uint32_t *bh, uint32_t *bl);
+void kvq_amx_block(const uint16_t *xh, const uint16_t *xl, int n, int kp, const uint32_t *bh, const uint32_t *bl, int nr,
+                   float *y, size_t ldy);
 float kvq_aqlm_lutq_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
 void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
                              int g0, int g1);
