@@ -12,6 +12,8 @@
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint HD = 128; // head_dim, multiple of 32
 layout(constant_id = 1) const uint R = 8;    // query rows per workgroup
+layout(constant_id = 2) const uint TK = 0;   // K and V cache types (kv_format.glsl T_*): one pipeline per
+layout(constant_id = 3) const uint TV = 0;   // pair, so only that pair's loads are compiled
 
 const uint BP = 32u;              // positions per block
 const uint RPT = (R + 1u) / 2u;   // q.k rows per invocation (two row groups of BP invocations)
@@ -25,7 +27,7 @@ layout(std430, binding = 3) writeonly buffer Part { float part[]; };
 
 layout(push_constant) uniform PC {
     uint n, pos0, n_ctx, n_head, n_rep, window;
-    uint type_k, type_v, rot_k;
+    uint rot_k;
     uint kbase, vbase, krow_words, vrow_words;
     uint blk_per_split; // blocks of BP positions per split (z)
     uint ml_off;        // word offset of the (max, sum) pairs in part
@@ -103,13 +105,13 @@ void main() {
             for (uint k = 0u; k < RPT; k++) s[k] = 0.0;
             if (pos >= lo_t && pos <= hi_t) {
                 const uint kw = kg + pos * pc.krow_words;
-                if (pc.type_k == T_F32) {
+                if (TK == T_F32) {
                     for (uint d = 0u; d < HD; d++) {
                         const float kv = uintBitsToFloat(kc[kw + d]);
                         for (uint k = 0u; k < RPT; k++)
                             if (rg + 2u * k < R) s[k] += qs[(rg + 2u * k) * HD + d] * kv;
                     }
-                } else if (pc.type_k == T_F16) {
+                } else if (TK == T_F16) {
                     for (uint d = 0u; d < HD; d += 2u) {
                         const vec2 kv = unpackHalf2x16(kc[kw + d / 2u]);
                         for (uint k = 0u; k < RPT; k++)
@@ -118,7 +120,7 @@ void main() {
                                 s[k] += qs[o] * kv.x + qs[o + 1u] * kv.y;
                             }
                     }
-                } else if (pc.type_k == T_Q8) {
+                } else if (TK == T_Q8) {
                     for (uint b = 0u; b < HD / QK; b++) {
                         const uint by = kw * 4u + b * Q8_BYTES;
                         const float dk = unpackHalf2x16(KV_U16(kc, by)).x;
@@ -199,12 +201,12 @@ void main() {
                 const uint d = tid + 64u * k;
                 if (d >= HD) break;
                 float v;
-                if (pc.type_v == T_F32) {
+                if (TV == T_F32) {
                     v = uintBitsToFloat(vc[vw + d]);
-                } else if (pc.type_v == T_F16) {
+                } else if (TV == T_F16) {
                     const vec2 h2 = unpackHalf2x16(vc[vw + d / 2u]);
                     v = (d & 1u) != 0u ? h2.y : h2.x;
-                } else if (pc.type_v == T_Q8) {
+                } else if (TV == T_Q8) {
                     const uint by = vw * 4u + (d / QK) * Q8_BYTES;
                     v = float(KV_I8(vc, by + 2u + d % QK)) * unpackHalf2x16(KV_U16(vc, by)).x;
                 } else {

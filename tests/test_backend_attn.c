@@ -188,7 +188,8 @@ static void test_type_pairs(void **state) {
     for (int bi = 0; bi < g_n; bi++)
         for (int p = 0; p < 32; p++) {
             const int rot = p / 16;
-            attn_case c = {.hd = 64, .n_kv = 2, .n_rep = 4, .n_ctx = 64, .tk = TYPES[p % 16 / 4], .tv = TYPES[p % 4],
+            /* 16 heads per KV head: decode and prompt tiles both take 16 rows, one pipeline per pair on Vulkan */
+            attn_case c = {.hd = 64, .n_kv = 2, .n_rep = 16, .n_ctx = 64, .tk = TYPES[p % 16 / 4], .tv = TYPES[p % 4],
                            .rk = rot, .rv = rot, .n_steps = 3,
                            .steps = {{0, 37, 37}, {37, 6, 6}, {43, 1, 1}}};
             run_case(&g_bk[bi], &c, 100 + (uint64_t)p);

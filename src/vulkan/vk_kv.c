@@ -179,17 +179,16 @@ static void attn_chunk(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_at
     kvq_buf *part = vk_scratch(b, 0, (size_t)split * split_bytes);
     if (!part) return;
     struct {
-        uint32_t n, pos0, n_ctx, n_head, n_rep, window, type_k, type_v, rot_k, kbase, vbase, krow, vrow, bps, ml_off,
-            q_off;
+        uint32_t n, pos0, n_ctx, n_head, n_rep, window, rot_k, kbase, vbase, krow, vrow, bps, ml_off, q_off;
         float scale, hscale;
     } pc = {(uint32_t)n, (uint32_t)pos0, (uint32_t)d->n_ctx, (uint32_t)a->n_head, (uint32_t)n_rep,
-            (uint32_t)(a->window > 0 ? a->window : 0), (uint32_t)d->type_k, (uint32_t)d->type_v, (uint32_t)!!d->rotate_k,
+            (uint32_t)(a->window > 0 ? a->window : 0), (uint32_t)!!d->rotate_k,
             0, 0, (uint32_t)(kv->row[0] / 4), (uint32_t)(kv->row[1] / 4), (uint32_t)bps, (uint32_t)acc_words,
             (uint32_t)q_off, a->scale, 1.0f / sqrtf((float)hd)};
     const kvq_buf *kb = layer_buf(kv, 0, layer, &pc.kbase), *vb = layer_buf(kv, 1, layer, &pc.vbase);
-    const uint32_t spec[2] = {(uint32_t)hd, (uint32_t)R};
+    const uint32_t spec[4] = {(uint32_t)hd, (uint32_t)R, (uint32_t)d->type_k, (uint32_t)d->type_v};
     vk_bind bind[4] = {vk_whole(q), vk_whole(kb), vk_whole(vb), vk_whole(part)};
-    vk_dispatch(b, vk_pipe_get(b, "attn_fused", spec, 2), bind, 4, &pc, sizeof pc, (uint32_t)n_tiles,
+    vk_dispatch(b, vk_pipe_get(b, "attn_fused", spec, 4), bind, 4, &pc, sizeof pc, (uint32_t)n_tiles,
                 (uint32_t)a->n_head_kv, (uint32_t)split);
 
     struct {
