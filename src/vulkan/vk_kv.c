@@ -35,8 +35,9 @@ struct kvq_kvbuf {
 
 enum {
     ATTN_BP = 32,        /* positions per block (attn_fused.comp BP) */
-    ATTN_TARGET_WG = 64, /* workgroups worth splitting positions for */
-    ATTN_MIN_BLOCKS = 4, /* fewest blocks a split gets */
+    ATTN_TARGET_GPU = 256, /* workgroups worth splitting positions for: enough to fill a large GPU, */
+    ATTN_TARGET_CPU = 32,  /* or the few cores of a software device */
+    ATTN_MIN_BLOCKS = 2,   /* fewest blocks a split gets */
     HD_MAX = 512,        /* shared-memory sizing of the shaders */
 };
 
@@ -168,7 +169,8 @@ static void attn_chunk(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_at
     const int nb = (pos0 + n - 1) / ATTN_BP - lo / ATTN_BP + 1;
     const size_t nr = (size_t)n * a->n_head, split_bytes = nr * (size_t)(hd + 2) * sizeof(float);
     const int items = n_tiles * a->n_head_kv;
-    int split = (ATTN_TARGET_WG + items - 1) / items, smax = (nb + ATTN_MIN_BLOCKS - 1) / ATTN_MIN_BLOCKS;
+    const int target = b->software ? ATTN_TARGET_CPU : ATTN_TARGET_GPU;
+    int split = (target + items - 1) / items, smax = (nb + ATTN_MIN_BLOCKS - 1) / ATTN_MIN_BLOCKS;
     if ((size_t)smax > budget / split_bytes) smax = (int)(budget / split_bytes);
     if (split > smax) split = smax;
     if (split < 1) split = 1;
