@@ -34,7 +34,6 @@ struct kvq_kvbuf {
 };
 
 enum {
-    ATTN_BP = 32,        /* positions per block (attn_fused.comp BP) */
     ATTN_TARGET_GPU = 256, /* workgroups worth splitting positions for: enough to fill a large GPU, */
     ATTN_TARGET_CPU = 32,  /* or the few cores of a software device */
     ATTN_MIN_BLOCKS = 2,   /* fewest blocks a split gets */
@@ -146,6 +145,9 @@ void kvq_vk_kv_store(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, co
     vk_dispatch(b, p, bind, 4, &pc, sizeof pc, (uint32_t)d->n_head_kv * (uint32_t)n, 1, 2);
 }
 
+/* Positions per block of attn_fused (its BP): 64 for a single row, else 32. */
+static int attn_bp(int R) { return R == 1 ? 64 : 32; }
+
 /* Rows per attention workgroup: enough to hold a decode step's GQA group or a
  * prompt tile, bounded so q rows (R x hd floats) stay within 8 KiB of shared memory. */
 static int attn_rows(int rows, int hd) {
@@ -166,7 +168,7 @@ static void attn_chunk(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_at
     const int hd = d->head_dim, n_rep = a->n_head / a->n_head_kv, rows = n * n_rep;
     const int R = attn_rows(rows, hd), n_tiles = (rows + R - 1) / R;
     const int lo = a->window > 0 && pos0 - a->window + 1 > 0 ? pos0 - a->window + 1 : 0;
-    const int nb = (pos0 + n - 1) / ATTN_BP - lo / ATTN_BP + 1;
+    const int bp = attn_bp(R), nb = (pos0 + n - 1) / bp - lo / bp + 1;
     const size_t nr = (size_t)n * a->n_head, split_bytes = nr * (size_t)(hd + 2) * sizeof(float);
     const int items = n_tiles * a->n_head_kv;
     const int target = b->software ? ATTN_TARGET_CPU : ATTN_TARGET_GPU;
