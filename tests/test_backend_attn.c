@@ -341,6 +341,21 @@ static void test_split_buffers(void **state) {
     assert_non_null(strstr(kvq_last_error(), "limit"));
     be->release(b);
 }
+
+/* A cache larger than the device's memory fails in kv_new with one line, before allocating. */
+static void test_cache_too_big(void **state) {
+    (void)state;
+    const kvq_backend *be = kvq_backend_find("vulkan");
+    if (!be) skip();
+    kvq_bctx *b = start(be);
+    if (!b) skip();
+    const kvq_kv_desc huge = {.n_layer = 1 << 20, .n_ctx = 4096, .n_head_kv = 8, .head_dim = 128,
+                              .type_k = KVQ_CACHE_F32, .type_v = KVQ_CACHE_F32}; /* 32 TiB */
+    assert_null(be->kv_new(b, &huge));
+    print_message("%s\n", kvq_last_error());
+    assert_non_null(strstr(kvq_last_error(), "memory"));
+    be->release(b);
+}
 #endif
 
 int main(void) {
@@ -353,6 +368,7 @@ int main(void) {
 #ifdef KVQ_HAVE_VULKAN
         cmocka_unit_test(test_store_bytes),
         cmocka_unit_test(test_split_buffers),
+        cmocka_unit_test(test_cache_too_big),
 #endif
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -66,6 +66,17 @@ kvq_kvbuf *kvq_vk_kv_new(kvq_bctx *b, const kvq_kv_desc *d) {
         kvq_fail(KVQ_ERR_ARG, "vulkan: empty KV cache shape");
         return NULL;
     }
+    /* More than the device has can only fail (or, on drivers that overcommit, fail later): say so now. */
+    VkDeviceSize heap = 0;
+    for (uint32_t i = 0; i < b->mem_props.memoryHeapCount; i++)
+        if (b->mem_props.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT && b->mem_props.memoryHeaps[i].size > heap)
+            heap = b->mem_props.memoryHeaps[i].size;
+    const double need = (double)kvq_vk_kv_bytes(b, d, 1) * d->n_ctx;
+    if (heap && need > (double)heap) {
+        kvq_fail(KVQ_ERR_NOMEM, "vulkan: the KV cache needs %.0f MiB, more than the device's %.0f MiB of memory; use a "
+                 "smaller context or cache type", need / 1048576.0, (double)heap / 1048576.0);
+        return NULL;
+    }
     kvq_kvbuf *kv = calloc(1, sizeof *kv);
     if (!kv) {
         kvq_fail(KVQ_ERR_NOMEM, "vulkan: out of host memory for the KV cache");
