@@ -62,8 +62,9 @@ kvq_kvbuf *kvq_vk_kv_new(kvq_bctx *b, const kvq_kv_desc *d) {
         kvq_fail(KVQ_ERR_UNSUPPORTED, "vulkan: KV rotation needs a power-of-two head_dim, not %d", hd);
         return NULL;
     }
-    if (d->n_layer <= 0 || d->n_ctx <= 0 || d->n_head_kv <= 0) {
-        kvq_fail(KVQ_ERR_ARG, "vulkan: empty KV cache shape");
+    if (d->n_layer <= 0 || d->n_ctx <= 0 || d->n_head_kv <= 0 || (unsigned)d->type_k > KVQ_CACHE_Q4 ||
+        (unsigned)d->type_v > KVQ_CACHE_Q4) {
+        kvq_fail(KVQ_ERR_ARG, "vulkan: bad KV cache shape or type");
         return NULL;
     }
     /* More than the device has can only fail (or, on drivers that overcommit, fail later): say so now. */
