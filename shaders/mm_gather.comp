@@ -1,0 +1,89 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// AQLM decode matvec for codebooks of more than 8 bits (1x16, in_group 8 or 16),
+// NT tokens at once: each invocation owns RPT rows; per 16-byte code chunk (8 codes
+// of 16 bits = 8/M groups) it gathers the codewords (the codebook, 1-2 MiB, stays in
+// the device caches) and dots them with x values staged in shared memory. Code
+// chunks of consecutive rows are adjacent, read by consecutive invocations.
+// Output as in mm_lut.comp: final rows or partial sums over a chunk range.
+#include "mm_common.glsl"
+
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint M = 1;
+layout(constant_id = 1) const uint IG = 8;
+layout(constant_id = 2) const uint NT = 1;
+layout(constant_id = 3) const uint NB = 16;
+
+const uint RPT = 2;
+const uint CG = 8 / M;   // groups per chunk
+const uint CW = CG * IG; // x values per chunk
+const uint QW = IG / 8;  // uvec4 per codeword
+
+layout(std430, binding = 0) readonly buffer Codes { uvec4 codes[]; };
+layout(std430, binding = 1) readonly buffer Cb { uvec4 cb[]; };
+layout(std430, binding = 2) readonly buffer X { float x[]; };
+layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, binding = 4) readonly buffer S { float scales[]; };
+layout(std430, binding = 5) readonly buffer B { float bias[]; };
+
+layout(push_constant) uniform PC {
+    uint rows_p, row0, rows_total, cols, n_chunks, chunks_per_split, flags, n;
+} pc;
+
+shared vec4 xs[NT * CW / 4];
+
+void main() {
+    uint tid = gl_LocalInvocationID.x;
+    uint rbase = gl_WorkGroupID.x * 256u * RPT + tid;
+    uint c0 = gl_WorkGroupID.y * pc.chunks_per_split;
+    uint c1 = min(c0 + pc.chunks_per_split, pc.n_chunks);
+
+    float acc[RPT * NT];
+    for (uint i = 0u; i < RPT * NT; i++) acc[i] = 0.0;
+
+    for (uint c = c0; c < c1; c++) {
+        barrier();
+        for (uint i = tid; i < NT * CW / 4u; i += 256u) {
+            uint t = (4u * i) / CW, k = c * CW + (4u * i) % CW;
+            vec4 v = vec4(0.0);
+            if (t < pc.n)
+                for (uint e = 0u; e < 4u; e++)
+                    if (k + e < pc.cols) v[e] = x[t * pc.cols + k + e];
+            xs[i] = v;
+        }
+        barrier();
+        for (uint j = 0u; j < RPT; j++) {
+            uint r = rbase + j * 256u;
+            if (r >= pc.rows_p) continue;
+            uvec4 cd = codes[c * pc.rows_p + r];
+            for (uint p = 0u; p < 8u; p++) {
+                uint code = bitfieldExtract(cd[p / 2u], int((p % 2u) * 16u), 16);
+                uint g = p / M, m = p % M;
+                uint cbase = ((m << NB) + code) * QW;
+                for (uint q = 0u; q < QW; q++) {
+                    uvec4 h = cb[cbase + q];
+                    vec2 w0 = unpackHalf2x16(h.x), w1 = unpackHalf2x16(h.y);
+                    vec2 w2 = unpackHalf2x16(h.z), w3 = unpackHalf2x16(h.w);
+                    vec4 lo = vec4(w0, w1), hi = vec4(w2, w3);
+                    for (uint t = 0u; t < NT; t++) {
+                        uint xo = (t * CW + g * IG + q * 8u) / 4u;
+                        acc[j * NT + t] += dot(lo, xs[xo]) + dot(hi, xs[xo + 1u]);
+                    }
+                }
+            }
+        }
+    }
+    for (uint j = 0u; j < RPT; j++) {
+        uint r = rbase + j * 256u;
+        if (r >= pc.rows_p) continue;
+        if ((pc.flags & 2u) != 0u) {
+            for (uint t = 0u; t < NT; t++)
+                if (t < pc.n) y[(gl_WorkGroupID.y * pc.n + t) * pc.rows_p + r] = acc[j * NT + t];
+        } else {
+            float sc = scales[pc.row0 + r];
+            float bv = (pc.flags & 1u) != 0u ? bias[pc.row0 + r] : 0.0;
+            for (uint t = 0u; t < NT; t++)
+                if (t < pc.n) y[t * pc.rows_total + pc.row0 + r] = acc[j * NT + t] * sc + bv;
+        }
+    }
+}

@@ -1,0 +1,137 @@
+/* Vulkan matmul and get_rows: picks the shader for the weight's format and the
+ * token count, and dispatches it once per row piece (vk_weights.h).
+ *
+ *   n <= VEC_MAX_N  dense: mm_dense_vec; AQLM 8-bit: mm_lut (lookup tables in shared
+ *                   memory); AQLM 9..16-bit: mm_gather. The AQLM ones split the code
+ *                   chunks over workgroups when the rows alone give too few, and
+ *                   mm_reduce adds the partial sums (scale, bias).
+ *   n >  VEC_MAX_N  mm_tile: 64x64 tiles, weights dequantized into shared memory. */
+#include "vulkan/vk_weights.h"
+
+#define VEC_MAX_N 4
+#define LUT_ROWS_PER_WG (256 * 4)    /* mm_lut: 256 invocations x RPT 4 */
+#define GATHER_ROWS_PER_WG (256 * 2) /* mm_gather: RPT 2 */
+#define TILE 64
+
+static uint32_t cdiv(size_t a, size_t b) { return (uint32_t)((a + b - 1) / b); }
+
+static vk_bind opt(kvq_bctx *b, const kvq_buf *x) { return vk_whole(x ? x : b->dummy); }
+
+/* Workgroups a matvec should spread over: enough to fill a GPU's compute units
+ * (not known through core Vulkan; 256 covers the large ones); a handful on a CPU device. */
+static uint32_t target_groups(const kvq_bctx *b) { return b->software ? 8 : 256; }
+
+static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {
+    int lut = w->nbits == 8;
+    uint32_t spec[4] = {(uint32_t)w->M, (uint32_t)w->ig, (uint32_t)n, (uint32_t)w->nbits};
+    const vk_pipe *p = vk_pipe_get(b, lut ? "mm_lut" : "mm_gather", spec, lut ? 3 : 4);
+    const vk_pipe *red = NULL;
+    uint32_t per_wg = lut ? LUT_ROWS_PER_WG : GATHER_ROWS_PER_WG, flags = w->bias ? 1u : 0u;
+    for (int i = 0; i < w->n_pieces; i++) {
+        const vk_piece *pc_ = &w->pieces[i];
+        uint32_t gx = cdiv((size_t)pc_->rows, per_wg), chunks = (uint32_t)w->n_chunks;
+        uint32_t nsplit = target_groups(b) / gx;
+        if (nsplit < 1) nsplit = 1;
+        if (nsplit > chunks) nsplit = chunks;
+        uint32_t cps = cdiv(chunks, nsplit);
+        nsplit = cdiv(chunks, cps);
+        kvq_buf *part = NULL;
+        if (nsplit > 1) {
+            part = vk_scratch(b, 4, (size_t)nsplit * (size_t)n * (size_t)pc_->rows * sizeof(float));
+            if (!part) return;
+            if (!red) red = vk_pipe_get(b, "mm_reduce", NULL, 0);
+        }
+        struct {
+            uint32_t rows_p, row0, rows_total, cols, n_chunks, cps, flags, n;
+        } pc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)w->cols,
+                chunks, cps, flags | (part ? 2u : 0u), (uint32_t)n};
+        vk_bind bind[6] = {vk_whole(pc_->buf), vk_whole(w->codebooks), vk_whole(x),
+                           vk_whole(part ? part : y), vk_whole(w->scales), opt(b, w->bias)};
+        vk_dispatch(b, p, bind, 6, &pc, sizeof pc, gx, nsplit, 1);
+        if (part) {
+            struct {
+                uint32_t rows_p, row0, rows_total, n, nsplit, flags;
+            } rc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)n, nsplit, flags};
+            vk_bind rb[6] = {vk_whole(part), vk_whole(b->dummy), vk_whole(b->dummy),
+                             vk_whole(y), vk_whole(w->scales), opt(b, w->bias)};
+            vk_dispatch(b, red, rb, 6, &rc, sizeof rc, cdiv((size_t)pc_->rows, 256), (uint32_t)n, 1);
+        }
+    }
+}
+
+/* Push constants shared by mm_dense_vec and mm_tile. */
+typedef struct {
+    uint32_t rows_p, row0, rows_total, cols, stride, n, flags;
+} dense_pc;
+
+static void matvec_dense(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {
+    uint32_t spec[2] = {kvq_vk_fmt_code(w->fmt), (uint32_t)n};
+    const vk_pipe *p = vk_pipe_get(b, "mm_dense_vec", spec, 2);
+    for (int i = 0; i < w->n_pieces; i++) {
+        const vk_piece *pp = &w->pieces[i];
+        dense_pc pc = {(uint32_t)pp->rows, (uint32_t)pp->row0, (uint32_t)w->rows, (uint32_t)w->cols,
+                       (uint32_t)w->stride, (uint32_t)n, w->bias ? 1u : 0u};
+        vk_bind bind[6] = {vk_whole(pp->buf), vk_whole(b->dummy), vk_whole(x),
+                           vk_whole(y), vk_whole(b->dummy), opt(b, w->bias)};
+        vk_dispatch(b, p, bind, 6, &pc, sizeof pc, cdiv((size_t)pp->rows, 4), 1, 1);
+    }
+}
+
+/* Spec constants FMT, M, IG, NB, CS shared by mm_tile and get_rows (dense: fixed
+ * filler values so all dense weights of a format share one pipeline). */
+static void fmt_spec(const kvq_wt *w, uint32_t spec[5]) {
+    int aq = w->fmt == KVQ_W_AQLM;
+    spec[0] = kvq_vk_fmt_code(w->fmt);
+    spec[1] = aq ? (uint32_t)w->M : 1;
+    spec[2] = aq ? (uint32_t)w->ig : 8;
+    spec[3] = aq ? (uint32_t)w->nbits : 8;
+    spec[4] = aq ? (uint32_t)w->cs : 1;
+}
+
+static void matmul_tiled(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {
+    uint32_t spec[5];
+    fmt_spec(w, spec);
+    const vk_pipe *p = vk_pipe_get(b, "mm_tile", spec, 5);
+    for (int i = 0; i < w->n_pieces; i++) {
+        const vk_piece *pp = &w->pieces[i];
+        dense_pc pc = {(uint32_t)pp->rows, (uint32_t)pp->row0, (uint32_t)w->rows, (uint32_t)w->cols,
+                       (uint32_t)w->stride, (uint32_t)n, w->bias ? 1u : 0u};
+        vk_bind bind[6] = {vk_whole(pp->buf), opt(b, w->codebooks), vk_whole(x),
+                           vk_whole(y), opt(b, w->scales), opt(b, w->bias)};
+        vk_dispatch(b, p, bind, 6, &pc, sizeof pc, cdiv((size_t)pp->rows, TILE), cdiv((size_t)n, TILE), 1);
+    }
+}
+
+void kvq_vk_matmul(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {
+    if (n <= 0) return;
+    if (n > VEC_MAX_N)
+        matmul_tiled(b, w, x, y, n);
+    else if (w->fmt == KVQ_W_AQLM)
+        matvec_aqlm(b, w, x, y, n);
+    else
+        matvec_dense(b, w, x, y, n);
+}
+
+void kvq_vk_get_rows(kvq_bctx *b, const kvq_wt *w, const int32_t *ids, int n, kvq_buf *out) {
+    if (n <= 0) return;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= w->rows) {
+            vk_error(b, KVQ_ERR_ARG, "get_rows: id %d out of range (the weight has %d rows)", (int)ids[i], w->rows);
+            return;
+        }
+    uint32_t spec[5];
+    fmt_spec(w, spec);
+    const vk_pipe *p = vk_pipe_get(b, "get_rows", spec, 5);
+    vk_bind idb = vk_stage(b, ids, (size_t)n * sizeof *ids);
+    for (int i = 0; i < w->n_pieces; i++) {
+        const vk_piece *pp = &w->pieces[i];
+        int used = 0;
+        for (int k = 0; k < n && !used; k++) used = ids[k] >= pp->row0 && ids[k] < pp->row0 + pp->rows;
+        if (!used) continue;
+        struct {
+            uint32_t rows_p, row0, cols, stride, n;
+        } pc = {(uint32_t)pp->rows, (uint32_t)pp->row0, (uint32_t)w->cols, (uint32_t)w->stride, (uint32_t)n};
+        vk_bind bind[5] = {vk_whole(pp->buf), opt(b, w->codebooks), idb, vk_whole(out), opt(b, w->scales)};
+        vk_dispatch(b, p, bind, 5, &pc, sizeof pc, cdiv(cdiv((size_t)w->cols, 8), 64), (uint32_t)n, 1);
+    }
+}
