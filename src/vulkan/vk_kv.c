@@ -147,14 +147,20 @@ void kvq_vk_kv_store(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, co
     struct {
         uint32_t n_head_kv, n_ctx, pos0, type_k, type_v, rot_k, rot_v, kbase, vbase, krow, vrow;
         float hscale;
-    } pc = {(uint32_t)d->n_head_kv, (uint32_t)d->n_ctx, (uint32_t)pos0, (uint32_t)d->type_k, (uint32_t)d->type_v,
+        uint32_t t0;
+    } pc = {(uint32_t)d->n_head_kv, (uint32_t)d->n_ctx, 0, (uint32_t)d->type_k, (uint32_t)d->type_v,
             (uint32_t)!!d->rotate_k, (uint32_t)!!d->rotate_v, 0, 0, (uint32_t)(kv->row[0] / 4),
-            (uint32_t)(kv->row[1] / 4), 1.0f / sqrtf((float)d->head_dim)};
+            (uint32_t)(kv->row[1] / 4), 1.0f / sqrtf((float)d->head_dim), 0};
     const kvq_buf *kb = layer_buf(kv, 0, layer, &pc.kbase), *vb = layer_buf(kv, 1, layer, &pc.vbase);
     const uint32_t spec[1] = {(uint32_t)d->head_dim};
     const vk_pipe *p = vk_pipe_get(b, "kv_store", spec, 1);
     vk_bind bind[4] = {vk_whole(k), vk_whole(v), vk_whole(kb), vk_whole(vb)};
-    vk_dispatch(b, p, bind, 4, &pc, sizeof pc, (uint32_t)d->n_head_kv * (uint32_t)n, 1, 2);
+    const int step = b->max_groups[1] < 65535 ? (int)b->max_groups[1] : 65535; /* tokens per dispatch (y) */
+    for (int t0 = 0; t0 < n; t0 += step) {
+        pc.t0 = (uint32_t)t0;
+        pc.pos0 = (uint32_t)(pos0 + t0);
+        vk_dispatch(b, p, bind, 4, &pc, sizeof pc, (uint32_t)d->n_head_kv, (uint32_t)(n - t0 < step ? n - t0 : step), 2);
+    }
 }
 
 /* Positions per block of attn_fused (its BP): 64 for a single row, else 32. */
@@ -235,9 +241,11 @@ void kvq_vk_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_att
                  per_query);
         return;
     }
-    const int chunk = budget / per_query < (size_t)n ? (int)(budget / per_query) : n;
-    for (int q0 = 0; q0 < n; q0 += chunk) {
-        const int nq = n - q0 < chunk ? n - q0 : chunk;
+    size_t chunk = budget / per_query;
+    if (chunk > 65535) chunk = 65535; /* the merge pass puts queries on y */
+    if (chunk > (size_t)n) chunk = (size_t)n;
+    for (int q0 = 0; q0 < n; q0 += (int)chunk) {
+        const int nq = n - q0 < (int)chunk ? n - q0 : (int)chunk;
         attn_chunk(b, kv, layer, a, q, out, pos0 + q0, nq, (size_t)q0 * a->n_head * d->head_dim, budget);
     }
 }
