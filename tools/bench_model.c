@@ -1,6 +1,7 @@
 /* kvq-bench model: prompt processing and decode speed of a whole model, and
  * the decode rate as a fraction of memory bandwidth (each decoded token streams
  * every weight but the embedding table once, plus the KV cache in use). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,34 @@ int kvq_bench_model(int argc, char **argv) {
         if (t1 - t0 < best_pp) best_pp = t1 - t0;
         if (t2 - t1 < best_tg) best_tg = t2 - t1;
     }
+    /* sampling cost per token on this model's logits, and on a Llama-3-sized vocabulary */
+    double smp[4];
+    int nv_big = 128256;
+    float *big = malloc(sizeof *big * (size_t)nv_big);
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; big && i < nv_big; i++) { /* logits spread like a model's: a few high, a long low tail */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        double u = (double)(x >> 11) / 9007199254740992.0;
+        big[i] = (float)(-4.0 * log(-log(u + 1e-300) + 1e-12)); /* Gumbel-shaped */
+    }
+    for (int k = 0; k < 4; k++) {
+        kvq_sampler_params sp = kvq_sampler_default_params();
+        if (k % 2 == 0) sp.temp = 0;
+        sp.seed = 1;
+        kvq_sampler *s = kvq_sampler_new(&sp);
+        const float *lg = k < 2 ? kvq_logits(c) : big;
+        int n = k < 2 ? nv : nv_big, calls = 200;
+        double best = 1e30;
+        for (long r = 0; lg && r < reps; r++) {
+            double t0 = kvq_tool_now();
+            for (int i = 0; i < calls; i++) kvq_sample(s, lg, n);
+            double t = (kvq_tool_now() - t0) / calls;
+            if (t < best) best = t;
+        }
+        smp[k] = best;
+        kvq_sampler_free(s);
+    }
+    free(big);
     double bw = kvq_bench_model_bw_gbs(m, threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     double wbytes = (double)kvq_model_weight_bytes(m);
     double kv_avg = (double)kvq_kv_bytes_total(c) * ((double)pp + (double)tg / 2) / (double)(pp + tg);
@@ -88,8 +117,13 @@ int kvq_bench_model(int argc, char **argv) {
     printf("prompt %ld tokens: %.1f tok/s\n", pp, (double)pp / best_pp);
     printf("decode %ld tokens: %.1f tok/s, %.2f MB streamed per token, %.1f GB/s, %.0f%% of measured %.1f GB/s\n", tg,
            tg_tps, tok_bytes / 1e6, tok_bytes * tg_tps / 1e9, bw > 0 ? 100 * tok_bytes * tg_tps / 1e9 / bw : 0, bw);
-    printf("model pp=%ld tg=%ld pp_tps=%.1f tg_tps=%.1f tg_bw_ratio=%.2f\n", pp, tg, (double)pp / best_pp, tg_tps,
-           bw > 0 ? tok_bytes * tg_tps / 1e9 / bw : 0);
+    double step = best_tg / (double)tg;
+    printf("sampling per token (vocab %d): greedy %.1f us, default sampler %.1f us (temp 0.8, top-k 40, top-p 0.95, "
+           "min-p 0.05) = %.1f%% of a decode step\n", nv, smp[0] * 1e6, smp[1] * 1e6, 100 * smp[1] / step);
+    printf("sampling per token (vocab %d): greedy %.1f us, default sampler %.1f us\n", nv_big, smp[2] * 1e6, smp[3] * 1e6);
+    printf("model pp=%ld tg=%ld pp_tps=%.1f tg_tps=%.1f tg_bw_ratio=%.2f sample_greedy_us=%.1f sample_default_us=%.1f "
+           "sample_default_128k_us=%.1f\n", pp, tg, (double)pp / best_pp, tg_tps,
+           bw > 0 ? tok_bytes * tg_tps / 1e9 / bw : 0, smp[0] * 1e6, smp[1] * 1e6, smp[3] * 1e6);
     free(ids);
     kvq_context_free(c);
     kvq_model_free(m);
