@@ -108,14 +108,15 @@ static kvq_weight_desc make_weight(const scheme *s, int rows, int cols, void **b
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench aqlm --backend vulkan [--device N] [--rows R --cols C] [--mb MB] [-n N]\n"
+    fprintf(f, "usage: kvq-bench aqlm --backend vulkan [--device N] [--rows R --cols C] [--mb MB] [-n N] [--scheme S]\n"
                "  default shapes: 4096x4096 and 11008x4096 (Llama-2-7B); MB: weight copies cycled per shape\n"
-               "  (256, 32 on a software device); N: prompt batch timed besides decode (128)\n");
+               "  (256, 32 on a software device); N: prompt batch timed besides decode (128; 0: none);\n"
+               "  S: only scheme 2x8, 1x16 or f16\n");
 }
 
 int kvq_bench_vk_aqlm(int argc, char **argv) {
     long rows = 0, cols = 0, mb = 0, n_prompt = 128;
-    const char *device = NULL;
+    const char *device = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long *dst = NULL, lo = 1, hi = 1 << 20;
@@ -126,10 +127,14 @@ int kvq_bench_vk_aqlm(int argc, char **argv) {
             if (i + 1 >= argc) return kvq_tool_die(PROG, "--device needs a value");
             device = argv[++i];
             continue;
+        } else if (!strcmp(a, "--scheme")) {
+            if (i + 1 >= argc) return kvq_tool_die(PROG, "--scheme needs 2x8, 1x16 or f16");
+            only = argv[++i];
+            continue;
         } else if (!strcmp(a, "--rows")) dst = &rows;
         else if (!strcmp(a, "--cols")) dst = &cols, lo = 8;
         else if (!strcmp(a, "--mb")) dst = &mb, hi = 1 << 16;
-        else if (!strcmp(a, "-n")) dst = &n_prompt, lo = 5, hi = 4096;
+        else if (!strcmp(a, "-n")) dst = &n_prompt, lo = 0, hi = 4096;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -142,6 +147,7 @@ int kvq_bench_vk_aqlm(int argc, char **argv) {
     }
     if ((rows == 0) != (cols == 0)) return kvq_tool_die(PROG, "give both --rows and --cols");
     if (cols % 8) return kvq_tool_die(PROG, "--cols must be a multiple of 8");
+    if (n_prompt > 0 && n_prompt < 5) return kvq_tool_die(PROG, "-n must be 0 (no prompt timing) or 5..4096");
     int shapes[2][2] = {{4096, 4096}, {11008, 4096}}, n_shapes = 2;
     if (rows) shapes[0][0] = (int)rows, shapes[0][1] = (int)cols, n_shapes = 1;
 
@@ -169,6 +175,7 @@ int kvq_bench_vk_aqlm(int argc, char **argv) {
         int R = shapes[si][0], C = shapes[si][1];
         for (int k = 0; k < N_SCHEMES; k++) {
             const scheme *s = &SCHEMES[k];
+            if (only && strcmp(only, s->name)) continue;
             void *blocks[3] = {0};
             kvq_weight_desc wd = make_weight(s, R, C, blocks);
             if (!blocks[0] || (s->fmt == KVQ_W_AQLM && (!blocks[1] || !blocks[2])))
@@ -182,17 +189,20 @@ int kvq_bench_vk_aqlm(int argc, char **argv) {
                 wbytes = d.be->weight_bytes(d.b, m.w[m.copies]);
                 m.copies++;
             } while ((size_t)m.copies * wbytes < ((size_t)mb << 20) && m.copies < 4096);
-            float *x = malloc(sizeof(float) * (size_t)n_prompt * C);
+            size_t nx = n_prompt > 0 ? (size_t)n_prompt : 1;
+            float *x = malloc(sizeof(float) * nx * C);
             if (!x) return kvq_tool_die(PROG, "out of host memory");
-            for (size_t i = 0; i < (size_t)n_prompt * C; i++) x[i] = rndf();
-            m.x = d.be->buf_new(d.b, sizeof(float) * (size_t)n_prompt * C);
-            m.y = d.be->buf_new(d.b, sizeof(float) * (size_t)n_prompt * R);
+            for (size_t i = 0; i < nx * C; i++) x[i] = rndf();
+            m.x = d.be->buf_new(d.b, sizeof(float) * nx * C);
+            m.y = d.be->buf_new(d.b, sizeof(float) * nx * R);
             if (!m.x || !m.y) return kvq_tool_die(PROG, "%s", kvq_last_error());
-            d.be->buf_write(d.b, m.x, 0, x, sizeof(float) * (size_t)n_prompt * C);
+            d.be->buf_write(d.b, m.x, 0, x, sizeof(float) * nx * C);
             m.n = 1;
-            double dec = time_calls(&d, do_matmul, &m, m.copies, m.y);
-            m.n = (int)n_prompt;
-            double pr = time_calls(&d, do_matmul, &m, m.copies < 8 ? m.copies : 8, m.y);
+            double dec = time_calls(&d, do_matmul, &m, m.copies, m.y), pr = 1e30;
+            if (n_prompt > 0) {
+                m.n = (int)n_prompt;
+                pr = time_calls(&d, do_matmul, &m, m.copies < 8 ? m.copies : 8, m.y);
+            }
             if (dec <= 0 || pr <= 0) return kvq_tool_die(PROG, "%s", kvq_last_error());
             double gbs = (double)wbytes / (dec * 1e-3) / 1e9;
             double tflops = 2.0 * R * (double)C * (double)n_prompt / (pr * 1e-3) / 1e12;
