@@ -12,6 +12,7 @@ layout(constant_id = 1) const uint NT = 1;
 
 layout(std430, binding = 0) readonly buffer Wt { uint w[]; };
 layout(std430, binding = 2) readonly buffer X { float x[]; };
+layout(std430, binding = 2) readonly buffer X4 { vec4 x4[]; }; // same buffer, 16-byte loads
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(std430, binding = 5) readonly buffer B { float bias[]; };
 
@@ -33,7 +34,12 @@ void main() {
             float v[8];
             DENSE8(w, FMT, r * pc.stride + q * 8u, v)
             uint k = q * 8u;
-            if (k + 8u <= pc.cols) {
+            if (k + 8u <= pc.cols && (pc.cols & 3u) == 0u) {
+                for (uint t = 0u; t < NT; t++) {
+                    uint xo = (t * pc.cols + k) >> 2;
+                    acc[t] += dot(vec4(v[0], v[1], v[2], v[3]), x4[xo]) + dot(vec4(v[4], v[5], v[6], v[7]), x4[xo + 1u]);
+                }
+            } else if (k + 8u <= pc.cols) {
                 for (uint t = 0u; t < NT; t++) {
                     uint xo = t * pc.cols + k;
                     float s = 0.0;

@@ -17,6 +17,7 @@ layout(constant_id = 4) const uint CS = 1;
 layout(std430, binding = 0) readonly buffer Wt { uint w[]; };   // dense values or AQLM codes
 layout(std430, binding = 1) readonly buffer Cb { uint cb[]; };  // AQLM codebooks
 layout(std430, binding = 2) readonly buffer X { float x[]; };
+layout(std430, binding = 2) readonly buffer X4 { vec4 x4[]; }; // same buffer, 16-byte loads
 layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(std430, binding = 4) readonly buffer S { float scales[]; }; // whole weight, f32
 layout(std430, binding = 5) readonly buffer B { float bias[]; };   // whole weight, f32
@@ -58,7 +59,14 @@ void main() {
             for (uint i = 0u; i < 8u; i++) v[i] = 0.0;
         }
         for (uint i = 0u; i < 8u; i++) ws[lr][lk + i] = v[i];
-        if (xt < pc.n && k + 8u <= pc.cols) {
+        if (xt < pc.n && k + 8u <= pc.cols && (pc.cols & 3u) == 0u) {
+            uint b = (xt * pc.cols + k) >> 2;
+            vec4 a0 = x4[b], a1 = x4[b + 1u];
+            for (uint i = 0u; i < 4u; i++) {
+                xs[lr][lk + i] = a0[i];
+                xs[lr][lk + 4u + i] = a1[i];
+            }
+        } else if (xt < pc.n && k + 8u <= pc.cols) {
             uint b = xt * pc.cols + k;
             for (uint i = 0u; i < 8u; i++) xs[lr][lk + i] = x[b + i];
         } else {

@@ -206,10 +206,12 @@ int kvq_bench_vk_aqlm(int argc, char **argv) {
             if (dec <= 0 || pr <= 0) return kvq_tool_die(PROG, "%s", kvq_last_error());
             double gbs = (double)wbytes / (dec * 1e-3) / 1e9;
             double tflops = 2.0 * R * (double)C * (double)n_prompt / (pr * 1e-3) / 1e12;
-            printf("%5dx%-5d %-4s: decode %8.4f ms  %7.1f MB  %7.1f GB/s  %.2f of bandwidth | n=%ld %8.3f ms  %6.2f TFLOP/s\n",
-                   R, C, s->name, dec, (double)wbytes / 1e6, gbs, gbs / bw, n_prompt, pr, tflops);
+            printf("%5dx%-5d %-4s: decode %8.4f ms  %7.1f MB  %7.1f GB/s  %.2f of bandwidth", R, C, s->name, dec,
+                   (double)wbytes / 1e6, gbs, gbs / bw);
+            if (n_prompt > 0) printf(" | n=%ld %8.3f ms  %6.3f TFLOP/s", n_prompt, pr, tflops);
+            printf("\n");
             printf("vk_aqlm rows=%d cols=%d fmt=%s decode_ms=%.5f bw_ratio=%.3f prompt_n=%ld prompt_ms=%.4f\n", R, C,
-                   s->name, dec, gbs / bw, n_prompt, pr);
+                   s->name, dec, gbs / bw, n_prompt, n_prompt > 0 ? pr : 0.0);
             fflush(stdout);
             for (int i = 0; i < m.copies; i++) d.be->weight_free(d.b, m.w[i]);
             d.be->buf_free(d.b, m.x), d.be->buf_free(d.b, m.y);
