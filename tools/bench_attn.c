@@ -22,6 +22,8 @@
 #include "util.h"
 
 int kvq_bench_attn(int argc, char **argv);
+/* bench_vk_attn.c: the same table on a device backend */
+int kvq_bench_attn_device(const char *backend, const int *ctxs, int n_ctx, const char *only, int reps, size_t ws_bytes);
 
 static const char *PROG = "kvq-bench attn";
 
@@ -130,6 +132,7 @@ static int usage(FILE *f) {
                "  --reps    timed passes, best is reported (default 5)\n"
                "  --ws-mb   least cache bytes cycled through per configuration (default 1024)\n"
                "  --shape   llama3-8b or llama2-7b (default both)\n"
+               "  --backend cpu (default) or vulkan: device time from timestamps, vs a copy shader's bandwidth\n"
                "  KVQ_ISA=scalar|avx2|avx512 caps the kernels\n");
     return f == stderr ? 1 : 0;
 }
@@ -137,7 +140,7 @@ static int usage(FILE *f) {
 int kvq_bench_attn(int argc, char **argv) {
     long nt = 2, reps = 5, ws_mb = 1024;
     int ctxs[16] = {1024, 4096, 8192, 16384}, n_ctx = 4;
-    const char *only = NULL;
+    const char *only = NULL, *backend = NULL;
     /* argv[0] is the subcommand ("attn"); options follow. */
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -151,6 +154,8 @@ int kvq_bench_attn(int argc, char **argv) {
             if (kvq_tool_parse_int(val, 1, 1000, &reps)) return kvq_tool_die(PROG, "--reps needs a number in 1..1000");
         } else if (!strcmp(o, "--ws-mb")) {
             if (kvq_tool_parse_int(val, 1, 1 << 20, &ws_mb)) return kvq_tool_die(PROG, "--ws-mb needs a number of MB");
+        } else if (!strcmp(o, "--backend")) {
+            backend = val;
         } else if (!strcmp(o, "--shape")) {
             only = val;
             int found = 0;
@@ -171,6 +176,8 @@ int kvq_bench_attn(int argc, char **argv) {
         }
     }
 
+    if (backend && strcmp(backend, "cpu") != 0)
+        return kvq_bench_attn_device(backend, ctxs, n_ctx, only, (int)reps, (size_t)ws_mb << 20);
     const double bw = kvq_bench_mem_bw_gbs((int)nt);
     printf("attn: decode attention for 1 token, %ld threads, kernels %s\n", nt, kvq_isa_name(kvq_cpu_isa()));
     printf("memory bandwidth (streaming read, %ld threads, best of 5): %.1f GB/s\n", nt, bw);

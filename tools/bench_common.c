@@ -5,7 +5,11 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "model.h"
 #include "util.h"
+#ifdef KVQ_HAVE_VULKAN
+#include "vulkan/vk_bench.h"
+#endif
 
 double kvq_bench_mem_bw_gbs(int n_threads) {
     const size_t bytes = (size_t)1 << 30, n = bytes / sizeof(uint64_t);
@@ -42,4 +46,11 @@ double kvq_bench_mem_bw_gbs(int n_threads) {
     (void)sink;
     kvq_free_aligned(buf);
     return (double)bytes / best / 1e9;
+}
+
+double kvq_bench_model_bw_gbs(const kvq_model *m, int n_threads) {
+#ifdef KVQ_HAVE_VULKAN
+    if (m->be == &kvq_backend_vulkan) return kvq_vk_bandwidth_gbs(m->bctx, (size_t)256 << 20, 5);
+#endif
+    return kvq_bench_mem_bw_gbs(n_threads);
 }

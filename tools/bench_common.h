@@ -10,4 +10,9 @@
  * 0 if the buffer cannot be allocated. */
 double kvq_bench_mem_bw_gbs(int n_threads);
 
+/* The bandwidth the model's backend streams weights from: the host's (above) for the
+ * CPU, the device's (a copy shader timed on the device, 256 MiB) for a GPU backend. */
+struct kvq_model;
+double kvq_bench_model_bw_gbs(const struct kvq_model *m, int n_threads);
+
 #endif

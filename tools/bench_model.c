@@ -13,16 +13,17 @@
 static const char *P = "kvq-bench model";
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N]\n"
+    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [--device D]\n"
                "  -m      model directory (default: the demo model)\n"
                "  -p      prompt tokens (default 256), -n decoded tokens (default 128)\n"
                "  -t      threads (default: all cores), --reps passes, best is reported (default 3)\n"
-               "  -ctk/-ctv  KV cache types (default f16)\n");
+               "  -ctk/-ctv  KV cache types (default f16)\n"
+               "  --backend auto|cpu|vulkan, --device N|NAME (GPU)\n");
     return 0;
 }
 
 int kvq_bench_model(int argc, char **argv) {
-    const char *dir = NULL;
+    const char *dir = NULL, *backend = NULL, *device = NULL;
     long pp = 256, tg = 128, threads = 0, reps = 3;
     int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16;
     for (int i = 1; i < argc; i++) {
@@ -31,6 +32,8 @@ int kvq_bench_model(int argc, char **argv) {
         if (!v) return kvq_tool_die(P, "unknown option or missing value: %s (see --help)", a);
         i++;
         if (!strcmp(a, "-m")) dir = v;
+        else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "-p")) { if (kvq_tool_parse_int(v, 1, 1 << 20, &pp)) goto bad; }
         else if (!strcmp(a, "-n")) { if (kvq_tool_parse_int(v, 1, 1 << 20, &tg)) goto bad; }
         else if (!strcmp(a, "-t")) { if (kvq_tool_parse_int(v, 1, 1024, &threads)) goto bad; }
@@ -45,8 +48,11 @@ int kvq_bench_model(int argc, char **argv) {
     if (!dir && !(dir = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model was not found");
     kvq_model_params mp = kvq_model_default_params();
     mp.n_threads = (int)threads;
+    mp.backend = backend;
+    mp.device = device;
     kvq_model *m;
     if (kvq_model_load(dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+    kvq_tool_report_backend(P, m);
     kvq_context_params cp = kvq_context_default_params();
     cp.n_ctx = (int)(pp + tg);
     cp.n_batch = (int)pp;
@@ -72,7 +78,7 @@ int kvq_bench_model(int argc, char **argv) {
         if (t1 - t0 < best_pp) best_pp = t1 - t0;
         if (t2 - t1 < best_tg) best_tg = t2 - t1;
     }
-    double bw = kvq_bench_mem_bw_gbs(threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    double bw = kvq_bench_model_bw_gbs(m, threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     double wbytes = (double)kvq_model_weight_bytes(m);
     double kv_avg = (double)kvq_kv_bytes_total(c) * ((double)pp + (double)tg / 2) / (double)(pp + tg);
     double tok_bytes = wbytes + kv_avg, tg_tps = (double)tg / best_tg;

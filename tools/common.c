@@ -79,3 +79,9 @@ double kvq_tool_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+void kvq_tool_report_backend(const char *prog, const kvq_model *m) {
+    const char *note = kvq_model_backend_note(m);
+    if (note && *note) fprintf(stderr, "%s: %s; using the next backend\n", prog, note);
+    fprintf(stderr, "%s: backend %s\n", prog, kvq_model_backend_name(m));
+}

@@ -16,6 +16,11 @@ int kvq_tool_die(const char *prog, const char *fmt, ...) __attribute__((format(p
 int kvq_tool_parse_int(const char *s, long lo, long hi, long *out);
 int kvq_tool_parse_float(const char *s, double *out);
 
+/* Prints the backend and device in use on stderr, with the reason when automatic
+ * selection passed over a GPU backend (one line each). */
+struct kvq_model;
+void kvq_tool_report_backend(const char *prog, const struct kvq_model *m);
+
 /* Monotonic seconds. */
 double kvq_tool_now(void);
 

@@ -24,7 +24,8 @@ static void usage(FILE *f) {
             "  -ctk, --cache-type-k T   K cache type: f32, f16, q8, q4 (default f16)\n"
             "  -ctv, --cache-type-v T   V cache type: f32, f16, q8, q4 (default f16)\n"
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
-            "  --backend NAME        backend (default: best available)\n"
+            "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
+            "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  --ids                 print generated token ids instead of text\n"
             "  --verbose-prompt      print the prompt's token ids on stderr\n"
             "  --logits-out FILE     write float32 logits of the last prompt position\n"
@@ -32,7 +33,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *model, *prompt, *logits_out, *backend;
+    const char *model, *prompt, *logits_out, *backend, *device;
     long n_predict, n_ctx, n_batch, threads;
     kvq_sampler_params sp;
     int type_k, type_v, kv_rotate, print_ids, verbose_prompt;
@@ -58,6 +59,7 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { NEED_ARG(); o->prompt = v; }
         else if (!strcmp(a, "--logits-out")) { NEED_ARG(); o->logits_out = v; }
         else if (!strcmp(a, "--backend")) { NEED_ARG(); o->backend = v; }
+        else if (!strcmp(a, "--device")) { NEED_ARG(); o->device = v; }
         else if (!strcmp(a, "--ids")) o->print_ids = 1;
         else if (!strcmp(a, "--verbose-prompt")) o->verbose_prompt = 1;
         else if (!strcmp(a, "--kv-rotate")) o->kv_rotate = 1;
@@ -158,11 +160,12 @@ int main(int argc, char **argv) {
     kvq_model_params mp = kvq_model_default_params();
     mp.n_threads = (int)o.threads;
     mp.backend = o.backend;
+    mp.device = o.device;
     double t0 = kvq_tool_now();
     kvq_model *m;
     if (kvq_model_load(o.model, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
-    fprintf(stderr, "%s: loaded %s in %.2f s: %s; %s\n", P, o.model, kvq_tool_now() - t0, kvq_model_desc(m),
-            kvq_model_backend_name(m));
+    fprintf(stderr, "%s: loaded %s in %.2f s: %s\n", P, o.model, kvq_tool_now() - t0, kvq_model_desc(m));
+    kvq_tool_report_backend(P, m);
     kvq_context_params cp = kvq_context_default_params();
     cp.n_ctx = (int)o.n_ctx;
     if (o.n_batch) cp.n_batch = (int)o.n_batch;

@@ -21,7 +21,8 @@ static void usage(FILE *f) {
             "  -ctk, -ctv T          K / V cache types: f32, f16, q8, q4 (default f16)\n"
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --kl-base T           also run with cache type T for K and V and report KL divergence against it\n"
-            "  --backend NAME        backend (default: best available)\n"
+            "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
+            "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  -h, --help            this help\n"
             "Last stdout line: ppl = <value>\n");
 }
@@ -69,13 +70,13 @@ static kvq_context *make_ctx(kvq_model *m, int n_ctx, int n_batch, int tk, int t
 }
 
 int main(int argc, char **argv) {
-    const char *model = NULL, *file = NULL, *backend = NULL;
+    const char *model = NULL, *file = NULL, *backend = NULL, *device = NULL;
     long n_ctx = 512, chunks = 0, n_batch = 0, threads = 0;
     int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate"};
-        static const char *const valued[] = {"-m", "--model", "-f", "--file", "--backend", "-c", "--ctx-size", "--chunks",
+        static const char *const valued[] = {"-m", "--model", "-f", "--file", "--backend", "--device", "-c", "--ctx-size", "--chunks",
                                              "-b", "--batch-size", "-t", "--threads", "-ctk", "--cache-type-k", "-ctv",
                                              "--cache-type-v", "--kl-base"};
         int takes = 0, known = 0;
@@ -89,6 +90,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
         else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (kvq_tool_parse_int(v, 2, 1 << 24, &n_ctx)) goto bad; }
         else if (!strcmp(a, "--chunks")) { if (kvq_tool_parse_int(v, 0, 1 << 30, &chunks)) goto bad; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (kvq_tool_parse_int(v, 1, 1 << 24, &n_batch)) goto bad; }
@@ -118,8 +120,10 @@ int main(int argc, char **argv) {
     kvq_model_params mp = kvq_model_default_params();
     mp.n_threads = (int)threads;
     mp.backend = backend;
+    mp.device = device;
     kvq_model *m;
     if (kvq_model_load(model, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+    kvq_tool_report_backend(P, m);
     const kvq_tokenizer *tok = kvq_model_tokenizer(m);
     int n_tok = kvq_tokenize(tok, text, (size_t)len, 0, NULL, 0);
     int32_t *ids = n_tok > 0 ? malloc(sizeof *ids * (size_t)n_tok) : NULL;

@@ -212,6 +212,8 @@ static kvq_status create_device(kvq_bctx *b) {
         if (v >= 4096 && v < maxb) maxb = v;
     }
     b->max_buffer = maxb & ~(VkDeviceSize)255;
+    const char *lim = getenv("KVQ_VK_MEMORY_LIMIT");
+    if (lim && *lim) b->dev_limit = (size_t)strtoull(lim, NULL, 10);
     b->min_align = b->props.limits.minStorageBufferOffsetAlignment;
     if (b->min_align < 16) b->min_align = 16;
     for (int i = 0; i < 3; i++) b->max_groups[i] = b->props.limits.maxComputeWorkGroupCount[i];
@@ -236,11 +238,16 @@ kvq_buf *vk_buf_new(kvq_bctx *b, size_t bytes, int host) {
     }
     size_t sz = (bytes + 15) & ~(size_t)15;
     if (sz == 0) sz = 16;
+    VkResult r = VK_SUCCESS;
+    if (!host && b->dev_limit && (sz > b->dev_limit || b->dev_bytes > b->dev_limit - sz)) {
+        r = VK_ERROR_OUT_OF_DEVICE_MEMORY; /* as a full device would say */
+        goto fail;
+    }
     VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = sz,
                               .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                                        VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                               .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
-    VkResult r = vkCreateBuffer(b->dev, &bci, NULL, &x->buf);
+    r = vkCreateBuffer(b->dev, &bci, NULL, &x->buf);
     if (r != VK_SUCCESS) goto fail;
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(b->dev, x->buf, &req);
@@ -266,6 +273,8 @@ kvq_buf *vk_buf_new(kvq_bctx *b, size_t bytes, int host) {
     if (r != VK_SUCCESS) goto fail;
     if (host && (r = vkMapMemory(b->dev, x->mem, 0, VK_WHOLE_SIZE, 0, &x->map)) != VK_SUCCESS) goto fail;
     x->bytes = bytes;
+    x->dev_size = host ? 0 : sz;
+    b->dev_bytes += x->dev_size;
     return x;
 fail:
     if (x->buf) vkDestroyBuffer(b->dev, x->buf, NULL);
@@ -279,6 +288,7 @@ fail:
 void vk_buf_free(kvq_bctx *b, kvq_buf *x) {
     if (!x) return;
     if (x->map) vkUnmapMemory(b->dev, x->mem);
+    b->dev_bytes -= x->dev_size;
     vkDestroyBuffer(b->dev, x->buf, NULL);
     vkFreeMemory(b->dev, x->mem, NULL);
     free(x);

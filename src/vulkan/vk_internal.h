@@ -30,6 +30,7 @@ struct kvq_buf {
     VkDeviceMemory mem;
     size_t bytes;
     void *map; /* host pointer when host-visible, else NULL */
+    size_t dev_size; /* device-local bytes counted in b->dev_bytes */
 };
 
 /* One shader binding: a byte range of a buffer (off must be a multiple of
@@ -70,6 +71,7 @@ struct kvq_bctx {
     vk_caps caps;
     int software;                 /* llvmpipe/lavapipe or other CPU-type device */
     VkDeviceSize max_buffer;      /* largest buffer a shader may bind (KVQ_VK_MAX_BUFFER lowers it) */
+    size_t dev_bytes, dev_limit;  /* device memory held; KVQ_VK_MEMORY_LIMIT caps it (tests) */
     VkDeviceSize min_align;       /* minStorageBufferOffsetAlignment */
     uint32_t max_groups[3];       /* maxComputeWorkGroupCount */
     int n_threads;

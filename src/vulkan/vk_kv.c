@@ -1,17 +1,247 @@
-/* PLACEHOLDER until the KV/attention branch lands (helper "vkattn" replaces this file). */
+/* The Vulkan backend's KV cache: device buffers, kv_store (shaders/kv_store.comp)
+ * and fused attention (shaders/attn_fused.comp + attn_merge.comp).
+ *
+ * Layout: rows [layer][kv head][n_ctx] as on the CPU, each row the reference's
+ * bytes (src/kv_format.h) padded to whole 32-bit words (q8/q4 rows of an odd
+ * number of blocks gain 2 bytes), so a store workgroup writes whole words of
+ * its own row only. K and V are separate; consecutive layers share a buffer as
+ * long as it stays within b->max_buffer (and 4 GiB: shaders use 32-bit byte
+ * offsets), otherwise the cache is split by layer.
+ *
+ * Attention: work items are (tile of R query rows of one KV head, split of the
+ * positions). Rows are (query, head of the GQA group), so every K/V row a
+ * workgroup reads serves all heads of the group. Splits write partial
+ * (max, sum, acc) into vk_scratch slot 0; attn_merge combines them and undoes
+ * the V rotation. Decode and prompts take the same path: decode gets one tile
+ * per KV head and many splits, a prompt many tiles and few splits. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_format.h"
 #include "util.h"
 #include "vulkan/vk_internal.h"
+#include "vulkan/vk_kv.h"
+
+struct kvq_kvbuf {
+    kvq_kv_desc d;
+    size_t row[2];      /* padded row bytes, K and V */
+    size_t layer[2];    /* bytes of one layer */
+    int per_buf[2];     /* layers per buffer */
+    int n_buf[2];
+    kvq_buf **buf[2];   /* K buffers, V buffers */
+};
+
+enum {
+    ATTN_BP = 32,        /* positions per block (attn_fused.comp BP) */
+    ATTN_TARGET_WG = 64, /* workgroups worth splitting positions for */
+    ATTN_MIN_BLOCKS = 4, /* fewest blocks a split gets */
+    HD_MAX = 512,        /* shared-memory sizing of the shaders */
+};
+
+size_t kvq_vk_kv_row_bytes(kvq_cache_type t, int head_dim) { return (kvq_kv_row_bytes(t, head_dim) + 3) & ~(size_t)3; }
+
+static void kv_release(kvq_bctx *b, kvq_kvbuf *kv) {
+    for (int s = 0; s < 2; s++) {
+        if (!kv->buf[s]) continue;
+        for (int i = 0; i < kv->n_buf[s]; i++) vk_buf_free(b, kv->buf[s][i]);
+        free(kv->buf[s]);
+    }
+    free(kv);
+}
 
 kvq_kvbuf *kvq_vk_kv_new(kvq_bctx *b, const kvq_kv_desc *d) {
-    kvq_fail(KVQ_ERR_UNSUPPORTED, "vulkan: KV cache not implemented yet");
-    return NULL;
+    const int hd = d->head_dim;
+    if (hd <= 0 || hd % KVQ_QK != 0 || hd > HD_MAX) {
+        kvq_fail(KVQ_ERR_UNSUPPORTED, "vulkan: KV cache head_dim %d not supported (a multiple of 32, at most %d)", hd,
+                 HD_MAX);
+        return NULL;
+    }
+    if ((d->rotate_k || d->rotate_v) && (hd & (hd - 1)) != 0) {
+        kvq_fail(KVQ_ERR_UNSUPPORTED, "vulkan: KV rotation needs a power-of-two head_dim, not %d", hd);
+        return NULL;
+    }
+    if (d->n_layer <= 0 || d->n_ctx <= 0 || d->n_head_kv <= 0) {
+        kvq_fail(KVQ_ERR_ARG, "vulkan: empty KV cache shape");
+        return NULL;
+    }
+    kvq_kvbuf *kv = calloc(1, sizeof *kv);
+    if (!kv) {
+        kvq_fail(KVQ_ERR_NOMEM, "vulkan: out of host memory for the KV cache");
+        return NULL;
+    }
+    kv->d = *d;
+    const kvq_cache_type types[2] = {d->type_k, d->type_v};
+    const size_t limit = b->max_buffer < UINT32_MAX ? (size_t)b->max_buffer : UINT32_MAX;
+    for (int s = 0; s < 2; s++) {
+        kv->row[s] = kvq_vk_kv_row_bytes(types[s], hd);
+        if (!kvq_mul_ok((size_t)d->n_head_kv * d->n_ctx, kv->row[s], &kv->layer[s]) || kv->layer[s] > limit) {
+            kvq_fail(KVQ_ERR_UNSUPPORTED,
+                     "vulkan: one layer of the KV cache's %s (%d heads x %d positions) exceeds the device's buffer "
+                     "limit of %zu bytes; use a smaller context",
+                     s ? "V" : "K", d->n_head_kv, d->n_ctx, limit);
+            kv_release(b, kv);
+            return NULL;
+        }
+        size_t per = limit / kv->layer[s];
+        kv->per_buf[s] = per < (size_t)d->n_layer ? (int)per : d->n_layer;
+        kv->n_buf[s] = (d->n_layer + kv->per_buf[s] - 1) / kv->per_buf[s];
+        kv->buf[s] = calloc((size_t)kv->n_buf[s], sizeof *kv->buf[s]);
+        if (!kv->buf[s]) {
+            kvq_fail(KVQ_ERR_NOMEM, "vulkan: out of host memory for the KV cache");
+            kv_release(b, kv);
+            return NULL;
+        }
+        for (int i = 0; i < kv->n_buf[s]; i++) {
+            int nl = d->n_layer - i * kv->per_buf[s];
+            if (nl > kv->per_buf[s]) nl = kv->per_buf[s];
+            kv->buf[s][i] = vk_buf_new(b, (size_t)nl * kv->layer[s], 0);
+            if (!kv->buf[s][i]) {
+                kvq_fail(KVQ_ERR_NOMEM, "vulkan: out of device memory for the KV cache (%d positions, %zu bytes)",
+                         d->n_ctx, kvq_vk_kv_bytes(b, d, d->n_ctx));
+                kv_release(b, kv);
+                return NULL;
+            }
+        }
+    }
+    return kv;
 }
-void kvq_vk_kv_free(kvq_bctx *b, kvq_kvbuf *kv) {}
-size_t kvq_vk_kv_bytes(kvq_bctx *b, const kvq_kv_desc *d, int positions) { return 0; }
+
+void kvq_vk_kv_free(kvq_bctx *b, kvq_kvbuf *kv) {
+    if (kv) kv_release(b, kv);
+}
+
+size_t kvq_vk_kv_bytes(kvq_bctx *b, const kvq_kv_desc *d, int positions) {
+    (void)b;
+    size_t row = kvq_vk_kv_row_bytes(d->type_k, d->head_dim) + kvq_vk_kv_row_bytes(d->type_v, d->head_dim);
+    return (size_t)d->n_layer * d->n_head_kv * (size_t)positions * row;
+}
+
+/* Buffer and word offset of layer's K (s = 0) or V rows. */
+static const kvq_buf *layer_buf(const kvq_kvbuf *kv, int s, int layer, uint32_t *word) {
+    *word = (uint32_t)((size_t)(layer % kv->per_buf[s]) * kv->layer[s] / 4);
+    return kv->buf[s][layer / kv->per_buf[s]];
+}
+
 void kvq_vk_kv_store(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, const kvq_buf *v, int pos0, int n) {
-    vk_error(b, KVQ_ERR_UNSUPPORTED, "vulkan: kv_store not implemented yet");
+    const kvq_kv_desc *d = &kv->d;
+    if (n <= 0) return;
+    if (layer < 0 || layer >= d->n_layer || pos0 < 0 || pos0 + n > d->n_ctx) {
+        vk_error(b, KVQ_ERR_ARG, "vulkan: kv_store of positions %d..%d (layer %d) outside the cache (%d positions)",
+                 pos0, pos0 + n - 1, layer, d->n_ctx);
+        return;
+    }
+    struct {
+        uint32_t n_head_kv, n_ctx, pos0, type_k, type_v, rot_k, rot_v, kbase, vbase, krow, vrow;
+        float hscale;
+    } pc = {(uint32_t)d->n_head_kv, (uint32_t)d->n_ctx, (uint32_t)pos0, (uint32_t)d->type_k, (uint32_t)d->type_v,
+            (uint32_t)!!d->rotate_k, (uint32_t)!!d->rotate_v, 0, 0, (uint32_t)(kv->row[0] / 4),
+            (uint32_t)(kv->row[1] / 4), 1.0f / sqrtf((float)d->head_dim)};
+    const kvq_buf *kb = layer_buf(kv, 0, layer, &pc.kbase), *vb = layer_buf(kv, 1, layer, &pc.vbase);
+    const uint32_t spec[1] = {(uint32_t)d->head_dim};
+    const vk_pipe *p = vk_pipe_get(b, "kv_store", spec, 1);
+    vk_bind bind[4] = {vk_whole(k), vk_whole(v), vk_whole(kb), vk_whole(vb)};
+    vk_dispatch(b, p, bind, 4, &pc, sizeof pc, (uint32_t)d->n_head_kv * (uint32_t)n, 1, 2);
 }
+
+/* Rows per attention workgroup: enough to hold a decode step's GQA group or a
+ * prompt tile, bounded so q rows (R x hd floats) stay within 8 KiB of shared memory. */
+static int attn_rows(int rows, int hd) {
+    int rmax = 2048 / hd;
+    if (rmax > 16) rmax = 16;
+    if (rmax < 1) rmax = 1;
+    int r = 1;
+    while (r < rows && r < rmax) r *= 2;
+    return r < rmax ? r : rmax;
+}
+
+/* Queries pos0..pos0+n-1, whose q rows start at float q_off of q and whose
+ * output rows at the same offset of out; the split partials take at most
+ * budget bytes of scratch (the caller sized n for it). */
+static void attn_chunk(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_attn_desc *a, const kvq_buf *q,
+                       kvq_buf *out, int pos0, int n, size_t q_off, size_t budget) {
+    const kvq_kv_desc *d = &kv->d;
+    const int hd = d->head_dim, n_rep = a->n_head / a->n_head_kv, rows = n * n_rep;
+    const int R = attn_rows(rows, hd), n_tiles = (rows + R - 1) / R;
+    const int lo = a->window > 0 && pos0 - a->window + 1 > 0 ? pos0 - a->window + 1 : 0;
+    const int nb = (pos0 + n - 1) / ATTN_BP - lo / ATTN_BP + 1;
+    const size_t nr = (size_t)n * a->n_head, split_bytes = nr * (size_t)(hd + 2) * sizeof(float);
+    const int items = n_tiles * a->n_head_kv;
+    int split = (ATTN_TARGET_WG + items - 1) / items, smax = (nb + ATTN_MIN_BLOCKS - 1) / ATTN_MIN_BLOCKS;
+    if ((size_t)smax > budget / split_bytes) smax = (int)(budget / split_bytes);
+    if (split > smax) split = smax;
+    if (split < 1) split = 1;
+    const int bps = (nb + split - 1) / split;
+    split = (nb + bps - 1) / bps;
+
+    const size_t acc_words = (size_t)split * nr * hd;
+    kvq_buf *part = vk_scratch(b, 0, (size_t)split * split_bytes);
+    if (!part) return;
+    struct {
+        uint32_t n, pos0, n_ctx, n_head, n_rep, window, type_k, type_v, rot_k, kbase, vbase, krow, vrow, bps, ml_off,
+            q_off;
+        float scale, hscale;
+    } pc = {(uint32_t)n, (uint32_t)pos0, (uint32_t)d->n_ctx, (uint32_t)a->n_head, (uint32_t)n_rep,
+            (uint32_t)(a->window > 0 ? a->window : 0), (uint32_t)d->type_k, (uint32_t)d->type_v, (uint32_t)!!d->rotate_k,
+            0, 0, (uint32_t)(kv->row[0] / 4), (uint32_t)(kv->row[1] / 4), (uint32_t)bps, (uint32_t)acc_words,
+            (uint32_t)q_off, a->scale, 1.0f / sqrtf((float)hd)};
+    const kvq_buf *kb = layer_buf(kv, 0, layer, &pc.kbase), *vb = layer_buf(kv, 1, layer, &pc.vbase);
+    const uint32_t spec[2] = {(uint32_t)hd, (uint32_t)R};
+    vk_bind bind[4] = {vk_whole(q), vk_whole(kb), vk_whole(vb), vk_whole(part)};
+    vk_dispatch(b, vk_pipe_get(b, "attn_fused", spec, 2), bind, 4, &pc, sizeof pc, (uint32_t)n_tiles,
+                (uint32_t)a->n_head_kv, (uint32_t)split);
+
+    struct {
+        uint32_t n_rows, n_split, n_head, rot_v, ml_off, o_off;
+        float hscale;
+    } mc = {(uint32_t)nr, (uint32_t)split, (uint32_t)a->n_head, (uint32_t)!!d->rotate_v, (uint32_t)acc_words,
+            (uint32_t)q_off, 1.0f / sqrtf((float)hd)};
+    vk_bind mb[2] = {vk_whole(part), vk_whole(out)};
+    vk_dispatch(b, vk_pipe_get(b, "attn_merge", spec, 1), mb, 2, &mc, sizeof mc, (uint32_t)a->n_head, (uint32_t)n, 1);
+}
+
 void kvq_vk_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_attn_desc *a, const kvq_buf *q,
                       kvq_buf *out, int pos0, int n) {
-    vk_error(b, KVQ_ERR_UNSUPPORTED, "vulkan: attention not implemented yet");
+    const kvq_kv_desc *d = &kv->d;
+    if (n <= 0) return;
+    if (layer < 0 || layer >= d->n_layer || pos0 < 0 || pos0 + n > d->n_ctx || a->head_dim != d->head_dim ||
+        a->n_head_kv != d->n_head_kv || a->n_head <= 0 || a->n_head % a->n_head_kv != 0) {
+        vk_error(b, KVQ_ERR_ARG, "vulkan: attention call (layer %d, positions %d..%d, %d/%d heads) does not fit the cache",
+                 layer, pos0, pos0 + n - 1, a->n_head, a->n_head_kv);
+        return;
+    }
+    /* Long prompts go in chunks of queries so the partials stay one bindable
+     * buffer (vk_scratch adds a quarter on top) with 32-bit word offsets. */
+    size_t budget = (size_t)(b->max_buffer < UINT32_MAX ? b->max_buffer : UINT32_MAX) / 2;
+    const size_t per_query = (size_t)a->n_head * (d->head_dim + 2) * sizeof(float);
+    if (budget < per_query) {
+        vk_error(b, KVQ_ERR_UNSUPPORTED, "vulkan: attention scratch for one query (%zu bytes) exceeds the buffer limit",
+                 per_query);
+        return;
+    }
+    const int chunk = budget / per_query < (size_t)n ? (int)(budget / per_query) : n;
+    for (int q0 = 0; q0 < n; q0 += chunk) {
+        const int nq = n - q0 < chunk ? n - q0 : chunk;
+        attn_chunk(b, kv, layer, a, q, out, pos0 + q0, nq, (size_t)q0 * a->n_head * d->head_dim, budget);
+    }
+}
+
+kvq_status kvq_vk_kv_read(kvq_bctx *b, const kvq_kvbuf *kv, int layer, int v, void *dst) {
+    const int s = v ? 1 : 0;
+    if (layer < 0 || layer >= kv->d.n_layer) return kvq_fail(KVQ_ERR_ARG, "vulkan: kv_read of layer %d", layer);
+    uint32_t word;
+    const kvq_buf *src = layer_buf(kv, s, layer, &word);
+    kvq_buf *host = vk_buf_new(b, kv->layer[s], 1);
+    if (!host) return KVQ_ERR_NOMEM;
+    vk_record_copy(b, src, (size_t)word * 4, host, 0, kv->layer[s]);
+    kvq_status st = vk_submit(b);
+    if (st == KVQ_OK) {
+        const size_t rb = kvq_kv_row_bytes(s ? kv->d.type_v : kv->d.type_k, kv->d.head_dim);
+        const size_t n_rows = (size_t)kv->d.n_head_kv * kv->d.n_ctx;
+        for (size_t r = 0; r < n_rows; r++)
+            memcpy((uint8_t *)dst + r * rb, (const uint8_t *)host->map + r * kv->row[s], rb);
+    }
+    vk_buf_free(b, host);
+    return st;
 }

@@ -1,0 +1,236 @@
+#version 450
+// Fused attention over the cache as stored (f32/f16/q8/q4 K and V, no
+// dequantized copy). One workgroup = R query rows of one KV head g (rows are
+// (query i, head j of g's GQA group), so decode puts a whole group in one
+// workgroup and every K/V row is read once for all its heads; a prompt tile
+// holds several queries) x one split of the positions. Positions go in
+// blocks of BP with an online softmax; each split writes its unnormalised
+// (max, sum, acc) per row, and attn_merge combines the splits.
+#extension GL_GOOGLE_include_directive : require
+#include "kv_format.glsl"
+
+layout(local_size_x = 64) in;
+layout(constant_id = 0) const uint HD = 128; // head_dim, multiple of 32
+layout(constant_id = 1) const uint R = 8;    // query rows per workgroup
+
+const uint BP = 32u;              // positions per block
+const uint RPT = (R + 1u) / 2u;   // q.k rows per invocation (two row groups of BP invocations)
+const uint DPT = (HD + 63u) / 64u; // output dims per invocation
+const float NEG = -3.0e38;        // "no position yet" max; finite, so exp(NEG - m) = 0 without NaNs
+
+layout(std430, binding = 0) readonly buffer Q { float q[]; };
+layout(std430, binding = 1) readonly buffer KC { uint kc[]; };
+layout(std430, binding = 2) readonly buffer VC { uint vc[]; };
+layout(std430, binding = 3) writeonly buffer Part { float part[]; };
+
+layout(push_constant) uniform PC {
+    uint n, pos0, n_ctx, n_head, n_rep, window;
+    uint type_k, type_v, rot_k;
+    uint kbase, vbase, krow_words, vrow_words;
+    uint blk_per_split; // blocks of BP positions per split (z)
+    uint ml_off;        // word offset of the (max, sum) pairs in part
+    uint q_off;         // float offset of this call's first q row
+    float scale, hscale;
+} pc;
+
+shared float qs[R * HD];
+shared float ss[R * BP]; // scores, then softmax weights
+shared float fs[R];      // rescale factor of each row's accumulator for this block
+
+uint lo_of(uint i) { // first position query i sees
+    const uint p = pc.pos0 + i;
+    return pc.window > 0u && p + 1u > pc.window ? p + 1u - pc.window : 0u;
+}
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint g = gl_WorkGroupID.y, split = gl_WorkGroupID.z;
+    const uint rows = pc.n * pc.n_rep, r0 = gl_WorkGroupID.x * R;
+    const uint nr = min(R, rows - r0); // valid rows in this tile
+    const uint NR = pc.n * pc.n_head;  // output rows (all heads)
+
+    // q rows, scaled, rotated when K is stored rotated ((Hq).(Hk) = q.k)
+    for (uint x = tid; x < R * HD; x += 64u) {
+        const uint r = x / HD, d = x % HD;
+        float v = 0.0;
+        if (r < nr) {
+            const uint rg = r0 + r, i = rg / pc.n_rep, h = g * pc.n_rep + rg % pc.n_rep;
+            v = q[pc.q_off + (i * pc.n_head + h) * HD + d] * pc.scale;
+        }
+        qs[x] = v;
+    }
+    barrier();
+    if (pc.rot_k != 0u) {
+        for (uint len = 1u; len < HD; len <<= 1) {
+            for (uint k = tid; k < R * HD / 2u; k += 64u) {
+                const uint r = k / (HD / 2u), kk = k % (HD / 2u);
+                const uint x = r * HD + (kk / len) * 2u * len + kk % len;
+                const float a = qs[x], b = qs[x + len];
+                qs[x] = a + b;
+                qs[x + len] = a - b;
+            }
+            barrier();
+        }
+        for (uint x = tid; x < R * HD; x += 64u) qs[x] *= pc.hscale;
+        barrier();
+    }
+
+    // positions this workgroup covers: its rows' union, cut to its split
+    const uint i_first = r0 / pc.n_rep, i_last = (r0 + nr - 1u) / pc.n_rep;
+    const uint lo_t = lo_of(i_first), hi_t = pc.pos0 + i_last;
+    const uint b_first = lo_of(0u) / BP + split * pc.blk_per_split;
+    const uint b_lo = max(b_first, lo_t / BP), b_hi = min(b_first + pc.blk_per_split, hi_t / BP + 1u);
+
+    // per-row online softmax state (held by invocation r < R)
+    float m = NEG, l = 0.0;
+    uint row_lo = 0u, row_hi = 0u;
+    if (tid < nr) {
+        const uint i = (r0 + tid) / pc.n_rep;
+        row_lo = lo_of(i);
+        row_hi = pc.pos0 + i;
+    }
+    float acc[R][DPT];
+    for (uint r = 0u; r < R; r++)
+        for (uint k = 0u; k < DPT; k++) acc[r][k] = 0.0;
+
+    const uint kg = pc.kbase + g * pc.n_ctx * pc.krow_words, vg = pc.vbase + g * pc.n_ctx * pc.vrow_words;
+    for (uint blk = b_lo; blk < b_hi; blk++) {
+        const uint p0 = blk * BP;
+        // ---- scores: invocation (p, row group) dots K row p0+p with its rows ----
+        {
+            const uint p = tid % BP, rg = tid / BP, pos = p0 + p;
+            float s[RPT];
+            for (uint k = 0u; k < RPT; k++) s[k] = 0.0;
+            if (pos >= lo_t && pos <= hi_t) {
+                const uint kw = kg + pos * pc.krow_words;
+                if (pc.type_k == T_F32) {
+                    for (uint d = 0u; d < HD; d++) {
+                        const float kv = uintBitsToFloat(kc[kw + d]);
+                        for (uint k = 0u; k < RPT; k++)
+                            if (rg + 2u * k < R) s[k] += qs[(rg + 2u * k) * HD + d] * kv;
+                    }
+                } else if (pc.type_k == T_F16) {
+                    for (uint d = 0u; d < HD; d += 2u) {
+                        const vec2 kv = unpackHalf2x16(kc[kw + d / 2u]);
+                        for (uint k = 0u; k < RPT; k++)
+                            if (rg + 2u * k < R) {
+                                const uint o = (rg + 2u * k) * HD + d;
+                                s[k] += qs[o] * kv.x + qs[o + 1u] * kv.y;
+                            }
+                    }
+                } else if (pc.type_k == T_Q8) {
+                    for (uint b = 0u; b < HD / QK; b++) {
+                        const uint by = kw * 4u + b * Q8_BYTES;
+                        const float dk = unpackHalf2x16(KV_U16(kc, by)).x;
+                        float t[RPT];
+                        for (uint k = 0u; k < RPT; k++) t[k] = 0.0;
+                        for (uint w = 0u; w < QK / 4u; w++) {
+                            const int x = int(KV_W4(kc, by + 2u + 4u * w));
+                            const vec4 kv = vec4(bitfieldExtract(x, 0, 8), bitfieldExtract(x, 8, 8),
+                                                 bitfieldExtract(x, 16, 8), bitfieldExtract(x, 24, 8));
+                            for (uint k = 0u; k < RPT; k++)
+                                if (rg + 2u * k < R) {
+                                    const uint o = (rg + 2u * k) * HD + b * QK + 4u * w;
+                                    t[k] += dot(vec4(qs[o], qs[o + 1u], qs[o + 2u], qs[o + 3u]), kv);
+                                }
+                        }
+                        for (uint k = 0u; k < RPT; k++) s[k] += dk * t[k];
+                    }
+                } else { // q4: byte j holds value j (low nibble) and j+16 (high), stored +8
+                    for (uint b = 0u; b < HD / QK; b++) {
+                        const uint by = kw * 4u + b * Q4_BYTES;
+                        const float dk = unpackHalf2x16(KV_U16(kc, by)).x;
+                        float t[RPT];
+                        for (uint k = 0u; k < RPT; k++) t[k] = 0.0;
+                        for (uint w = 0u; w < QK / 8u; w++) {
+                            const uint x = KV_W4(kc, by + 2u + 4u * w);
+                            const vec4 lo = vec4(bitfieldExtract(x, 0, 4), bitfieldExtract(x, 8, 4),
+                                                 bitfieldExtract(x, 16, 4), bitfieldExtract(x, 24, 4)) - 8.0;
+                            const vec4 hi = vec4(bitfieldExtract(x, 4, 4), bitfieldExtract(x, 12, 4),
+                                                 bitfieldExtract(x, 20, 4), bitfieldExtract(x, 28, 4)) - 8.0;
+                            for (uint k = 0u; k < RPT; k++)
+                                if (rg + 2u * k < R) {
+                                    const uint o = (rg + 2u * k) * HD + b * QK + 4u * w;
+                                    t[k] += dot(vec4(qs[o], qs[o + 1u], qs[o + 2u], qs[o + 3u]), lo) +
+                                            dot(vec4(qs[o + 16u], qs[o + 17u], qs[o + 18u], qs[o + 19u]), hi);
+                                }
+                        }
+                        for (uint k = 0u; k < RPT; k++) s[k] += dk * t[k];
+                    }
+                }
+            }
+            for (uint k = 0u; k < RPT; k++)
+                if (rg + 2u * k < R) ss[(rg + 2u * k) * BP + p] = s[k];
+        }
+        barrier();
+        // ---- online softmax, one invocation per row ----
+        if (tid < R) {
+            float f = 1.0;
+            const uint x0 = tid < nr ? max(row_lo, p0) : 1u, x1 = tid < nr ? min(row_hi, p0 + BP - 1u) : 0u;
+            if (x0 <= x1) {
+                float bm = NEG;
+                for (uint x = x0; x <= x1; x++) bm = max(bm, ss[tid * BP + x - p0]);
+                const float mn = max(m, bm);
+                f = exp(m - mn);
+                float sum = 0.0;
+                for (uint x = 0u; x < BP; x++) {
+                    const uint pos = p0 + x;
+                    const float w = pos >= x0 && pos <= x1 ? exp(ss[tid * BP + x] - mn) : 0.0;
+                    ss[tid * BP + x] = w;
+                    sum += w;
+                }
+                l = l * f + sum;
+                m = mn;
+            } else {
+                for (uint x = 0u; x < BP; x++) ss[tid * BP + x] = 0.0;
+            }
+            fs[tid] = f;
+        }
+        barrier();
+        // ---- acc = acc * f + weights . V, invocation = output dims tid, tid+64, ... ----
+        for (uint r = 0u; r < R; r++) {
+            const float f = fs[r];
+            for (uint k = 0u; k < DPT; k++) acc[r][k] *= f;
+        }
+        const uint pa = max(p0, lo_t), pb = min(p0 + BP - 1u, hi_t);
+        for (uint pos = pa; pos <= pb; pos++) {
+            const uint vw = vg + pos * pc.vrow_words;
+            for (uint k = 0u; k < DPT; k++) {
+                const uint d = tid + 64u * k;
+                if (d >= HD) break;
+                float v;
+                if (pc.type_v == T_F32) {
+                    v = uintBitsToFloat(vc[vw + d]);
+                } else if (pc.type_v == T_F16) {
+                    const vec2 h2 = unpackHalf2x16(vc[vw + d / 2u]);
+                    v = (d & 1u) != 0u ? h2.y : h2.x;
+                } else if (pc.type_v == T_Q8) {
+                    const uint by = vw * 4u + (d / QK) * Q8_BYTES;
+                    v = float(KV_I8(vc, by + 2u + d % QK)) * unpackHalf2x16(KV_U16(vc, by)).x;
+                } else {
+                    const uint by = vw * 4u + (d / QK) * Q4_BYTES, j = d % QK;
+                    const uint nib = bitfieldExtract(KV_U8(vc, by + 2u + (j & 15u)), j >= 16u ? 4 : 0, 4);
+                    v = (float(nib) - 8.0) * unpackHalf2x16(KV_U16(vc, by)).x;
+                }
+                for (uint r = 0u; r < R; r++) acc[r][k] += ss[r * BP + pos - p0] * v;
+            }
+        }
+        barrier();
+    }
+
+    // ---- partial results of this split ----
+    for (uint r = 0u; r < nr; r++) {
+        const uint rg = r0 + r, i = rg / pc.n_rep, h = g * pc.n_rep + rg % pc.n_rep;
+        const uint o = (split * NR + i * pc.n_head + h) * HD;
+        for (uint k = 0u; k < DPT; k++) {
+            const uint d = tid + 64u * k;
+            if (d < HD) part[o + d] = acc[r][k];
+        }
+    }
+    if (tid < nr) {
+        const uint rg = r0 + tid, i = rg / pc.n_rep, h = g * pc.n_rep + rg % pc.n_rep;
+        const uint o = pc.ml_off + (split * NR + i * pc.n_head + h) * 2u;
+        part[o] = m;
+        part[o + 1u] = l;
+    }
+}

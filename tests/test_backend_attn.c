@@ -1,0 +1,358 @@
+/* kv_store + attention of every backend in the registry that starts here,
+ * against src/ref: all 16 K x V cache type pairs, rotation on/off, GQA 1/4/8,
+ * head dims 32/64/128, sliding window, prompts (also continuing a cache),
+ * decode, and contexts long enough to split positions. The Vulkan backend's
+ * stored rows are also compared byte for byte with kvq_ref_kv_store_row, and
+ * its cache split across buffers (KVQ_VK_MAX_BUFFER) is exercised. Backends
+ * that fail init are skipped with a message. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "ref/ref.h"
+#include "testutil.h"
+#include "util.h"
+#ifdef KVQ_HAVE_VULKAN
+#include "vulkan/vk_kv.h"
+#endif
+
+typedef struct {
+    const kvq_backend *be;
+    kvq_bctx *b;
+    double tol; /* rel L2 of the attention output vs kvq_ref_attention */
+    int vk;     /* can read its cache back (byte check) */
+} backend;
+
+static backend g_bk[8];
+static int g_n;
+
+static kvq_bctx *start(const kvq_backend *be) {
+    kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
+    kvq_bctx *b = NULL;
+    if (be->init(&o, &b) != KVQ_OK) {
+        print_message("%s backend does not start here (%s): skipped\n", be->name, kvq_last_error());
+        return NULL;
+    }
+    return b;
+}
+
+static int setup(void **state) {
+    (void)state;
+    for (int i = 0; i < kvq_backend_count(); i++) {
+        const kvq_backend *be;
+        kvq_bctx *b = tu_backend_start(i, &be);
+        if (!b) continue;
+        /* cpu: int8-quantized queries on the q8/q4 paths (see test_kv_attn.c) cost up to ~1%;
+         * vulkan: f32 arithmetic throughout, only summation order and exp differ. */
+        int vk = strcmp(be->name, "vulkan") == 0;
+        g_bk[g_n++] = (backend){be, b, vk ? 2e-5 : 2e-2, vk};
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    for (int i = 0; i < g_n; i++) g_bk[i].be->release(g_bk[i].b);
+    return 0;
+}
+
+/* Approximately Gaussian, with the odd outlier (what K rows look like). */
+static float rand_val(uint64_t *st) {
+    float x = (tu_randf(st) + tu_randf(st) + tu_randf(st) + tu_randf(st)) * 0.8660254f;
+    if (tu_randf(st) > 0.995f) x *= 8.0f;
+    return x;
+}
+
+/* Queries without outliers: the CPU's int8 queries (block absmax/127 steps) keep within their bound. */
+static float gauss(uint64_t *st) {
+    return (tu_randf(st) + tu_randf(st) + tu_randf(st) + tu_randf(st)) * 0.8660254f;
+}
+
+typedef struct {
+    int pos0, n; /* store positions pos0..pos0+n-1 */
+    int na;      /* then attend with the last na of them as queries */
+} step;
+
+typedef struct {
+    int hd, n_kv, n_rep, window, n_ctx;
+    kvq_cache_type tk, tv;
+    int rk, rv;
+    step steps[4];
+    int n_steps;
+} attn_case;
+
+static kvq_buf *upload(const backend *k, const float *x, size_t n) {
+    kvq_buf *buf = k->be->buf_new(k->b, n * sizeof(float));
+    assert_non_null(buf);
+    k->be->buf_write(k->b, buf, 0, x, n * sizeof(float));
+    return buf;
+}
+
+#ifdef KVQ_HAVE_VULKAN
+/* The stored rows of positions < end equal the reference's bytes. */
+static void check_bytes(const backend *k, const kvq_kvbuf *kv, const kvq_kv_desc *d, int layer, const uint8_t *refk,
+                        const uint8_t *refv, int end, const char *what) {
+    for (int s = 0; s < 2; s++) {
+        const size_t rb = kvq_kv_row_bytes(s ? d->type_v : d->type_k, d->head_dim);
+        uint8_t *got = malloc((size_t)d->n_head_kv * d->n_ctx * rb);
+        assert_non_null(got);
+        assert_int_equal(kvq_vk_kv_read(k->b, kv, layer, s, got), KVQ_OK);
+        const uint8_t *want = s ? refv : refk;
+        for (int h = 0; h < d->n_head_kv; h++)
+            for (int p = 0; p < end; p++) {
+                const size_t o = ((size_t)h * d->n_ctx + p) * rb;
+                if (memcmp(got + o, want + o, rb) != 0) {
+                    size_t x = 0;
+                    while (got[o + x] == want[o + x]) x++;
+                    fail_msg("%s: %s row (head %d, pos %d) byte %zu is %02x, reference %02x", what, s ? "V" : "K", h,
+                             p, x, got[o + x], want[o + x]);
+                }
+            }
+        free(got);
+    }
+}
+#endif
+
+static void run_case(const backend *k, const attn_case *c, uint64_t seed) {
+    const kvq_backend *be = k->be;
+    const int hd = c->hd, nkv = c->n_kv, nh = c->n_kv * c->n_rep, layer = 1;
+    const kvq_kv_desc d = {.n_layer = 2, .n_ctx = c->n_ctx, .n_head_kv = nkv, .head_dim = hd,
+                           .type_k = c->tk, .type_v = c->tv, .rotate_k = c->rk, .rotate_v = c->rv};
+    const kvq_attn_desc a = {.n_head = nh, .n_head_kv = nkv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                             .window = c->window};
+    char what[200];
+    snprintf(what, sizeof what, "%s: hd %d heads %d/%d K %s%s V %s%s window %d ctx %d", be->name, hd, nh, nkv,
+             kvq_cache_type_name(c->tk), c->rk ? "+rot" : "", kvq_cache_type_name(c->tv), c->rv ? "+rot" : "",
+             c->window, c->n_ctx);
+    kvq_kvbuf *kv = be->kv_new(k->b, &d);
+    if (!kv) fail_msg("%s: kv_new: %s", what, kvq_last_error());
+    const size_t kb = kvq_kv_row_bytes(c->tk, hd), vb = kvq_kv_row_bytes(c->tv, hd);
+    uint8_t *K = calloc((size_t)nkv * c->n_ctx, kb), *V = calloc((size_t)nkv * c->n_ctx, vb);
+    assert_true(K && V);
+    uint64_t st = seed;
+    for (int si = 0; si < c->n_steps; si++) {
+        const step *s = &c->steps[si];
+        const size_t kvn = (size_t)s->n * nkv * hd, qn = (size_t)s->na * nh * hd;
+        float *kx = malloc(kvn * sizeof *kx), *vx = malloc(kvn * sizeof *vx), *q = malloc(qn * sizeof *q);
+        float *out = malloc(qn * sizeof *out), *ref = malloc(qn * sizeof *ref);
+        assert_true(kx && vx && q && out && ref);
+        for (size_t i = 0; i < kvn; i++) kx[i] = rand_val(&st);
+        for (size_t i = 0; i < kvn; i++) vx[i] = rand_val(&st);
+        for (size_t i = 0; i < qn; i++) q[i] = gauss(&st);
+        for (int t = 0; t < s->n; t++)
+            for (int h = 0; h < nkv; h++) {
+                const size_t row = (size_t)h * c->n_ctx + s->pos0 + t, src = ((size_t)t * nkv + h) * hd;
+                kvq_ref_kv_store_row(c->tk, c->rk, kx + src, K + row * kb, hd);
+                kvq_ref_kv_store_row(c->tv, c->rv, vx + src, V + row * vb, hd);
+            }
+        kvq_buf *bk = upload(k, kx, kvn), *bv = upload(k, vx, kvn), *bq = upload(k, q, qn);
+        kvq_buf *bo = be->buf_new(k->b, qn * sizeof(float));
+        assert_non_null(bo);
+        be->kv_store(k->b, kv, layer, bk, bv, s->pos0, s->n);
+        be->kv_store(k->b, kv, 0, bv, bk, s->pos0, s->n); /* other layer, other data: must not leak into layer 1 */
+        const int qpos = s->pos0 + s->n - s->na;
+        be->attention(k->b, kv, layer, &a, bq, bo, qpos, s->na);
+        for (size_t i = 0; i < qn; i++) out[i] = NAN;
+        kvq_status rs = be->buf_read(k->b, bo, 0, out, qn * sizeof(float));
+        if (rs != KVQ_OK) fail_msg("%s: buf_read: %s", what, kvq_last_error());
+        kvq_ref_attention(nh, nkv, hd, a.scale, c->window, c->tk, c->rk, K, c->tv, c->rv, V, c->n_ctx, q, ref, qpos,
+                          s->na);
+        const double err = tu_rel_l2(out, ref, qn);
+        if (!(err <= k->tol))
+            fail_msg("%s, step pos0 %d n %d queries %d: rel err %.3g > %.g", what, s->pos0, s->n, s->na, err, k->tol);
+#ifdef KVQ_HAVE_VULKAN
+        if (k->vk) check_bytes(k, kv, &d, layer, K, V, s->pos0 + s->n, what);
+#endif
+        be->buf_free(k->b, bk);
+        be->buf_free(k->b, bv);
+        be->buf_free(k->b, bq);
+        be->buf_free(k->b, bo);
+        free(kx);
+        free(vx);
+        free(q);
+        free(out);
+        free(ref);
+    }
+    be->kv_free(k->b, kv);
+    free(K);
+    free(V);
+}
+
+static const kvq_cache_type TYPES[4] = {KVQ_CACHE_F32, KVQ_CACHE_F16, KVQ_CACHE_Q8, KVQ_CACHE_Q4};
+
+/* All 16 K x V pairs, rotation off and on: a prompt, a prompt continuing it, a decode step. */
+static void test_type_pairs(void **state) {
+    (void)state;
+    for (int bi = 0; bi < g_n; bi++)
+        for (int p = 0; p < 32; p++) {
+            const int rot = p / 16;
+            attn_case c = {.hd = 64, .n_kv = 2, .n_rep = 4, .n_ctx = 64, .tk = TYPES[p % 16 / 4], .tv = TYPES[p % 4],
+                           .rk = rot, .rv = rot, .n_steps = 3,
+                           .steps = {{0, 37, 37}, {37, 6, 6}, {43, 1, 1}}};
+            run_case(&g_bk[bi], &c, 100 + (uint64_t)p);
+        }
+}
+
+/* GQA 1/4/8 x head dim 64/128: a stored prompt attended by its last 8 queries, then decode. */
+static void test_gqa_head_dims(void **state) {
+    (void)state;
+    const int reps[3] = {1, 4, 8}, hds[2] = {64, 128};
+    for (int bi = 0; bi < g_n; bi++)
+        for (int r = 0; r < 3; r++)
+            for (int h = 0; h < 2; h++) {
+                attn_case c = {.hd = hds[h], .n_kv = 2, .n_rep = reps[r], .n_ctx = 300,
+                               .tk = r % 2 ? KVQ_CACHE_Q4 : KVQ_CACHE_Q8, .tv = h ? KVQ_CACHE_Q8 : KVQ_CACHE_F16,
+                               .rk = h, .rv = h, .n_steps = 3, .steps = {{0, 280, 8}, {280, 1, 1}, {281, 1, 1}}};
+                run_case(&g_bk[bi], &c, 200 + (uint64_t)(r * 2 + h));
+            }
+}
+
+/* Contexts long enough that decode splits positions over many workgroups. */
+static void test_long_context(void **state) {
+    (void)state;
+    for (int bi = 0; bi < g_n; bi++) {
+        attn_case c = {.hd = 128, .n_kv = 1, .n_rep = 8, .n_ctx = 2048, .tk = KVQ_CACHE_Q4, .tv = KVQ_CACHE_Q4,
+                       .rk = 1, .rv = 1, .n_steps = 2, .steps = {{0, 2000, 2}, {2000, 1, 1}}};
+        run_case(&g_bk[bi], &c, 300);
+        attn_case c2 = {.hd = 64, .n_kv = 2, .n_rep = 1, .n_ctx = 1100, .tk = KVQ_CACHE_F16, .tv = KVQ_CACHE_Q8,
+                        .n_steps = 2, .steps = {{0, 1000, 1}, {1000, 33, 33}}};
+        run_case(&g_bk[bi], &c2, 301);
+    }
+}
+
+/* Sliding window: inside one block, across blocks, across splits; prompt and decode. */
+static void test_window(void **state) {
+    (void)state;
+    for (int bi = 0; bi < g_n; bi++) {
+        attn_case c = {.hd = 64, .n_kv = 2, .n_rep = 4, .n_ctx = 200, .window = 50, .tk = KVQ_CACHE_Q8,
+                       .tv = KVQ_CACHE_Q8, .n_steps = 2, .steps = {{0, 120, 120}, {120, 1, 1}}};
+        run_case(&g_bk[bi], &c, 400);
+        attn_case c2 = {.hd = 128, .n_kv = 1, .n_rep = 4, .n_ctx = 800, .window = 300, .tk = KVQ_CACHE_Q4,
+                        .tv = KVQ_CACHE_F16, .rk = 1, .n_steps = 2, .steps = {{0, 700, 5}, {700, 1, 1}}};
+        run_case(&g_bk[bi], &c2, 401);
+        attn_case c3 = {.hd = 64, .n_kv = 1, .n_rep = 8, .n_ctx = 100, .window = 7, .tk = KVQ_CACHE_F32,
+                        .tv = KVQ_CACHE_Q4, .rv = 1, .n_steps = 2, .steps = {{0, 70, 70}, {70, 1, 1}}};
+        run_case(&g_bk[bi], &c3, 402);
+    }
+}
+
+/* head_dim 32: q8/q4 rows of one block (34/18 bytes) are padded to whole words on Vulkan. */
+static void test_head_dim_32(void **state) {
+    (void)state;
+    for (int bi = 0; bi < g_n; bi++)
+        for (int p = 0; p < 4; p++) {
+            attn_case c = {.hd = 32, .n_kv = 3, .n_rep = 2, .n_ctx = 40, .tk = p & 1 ? KVQ_CACHE_Q4 : KVQ_CACHE_Q8,
+                           .tv = p & 1 ? KVQ_CACHE_Q8 : KVQ_CACHE_Q4, .rk = p >> 1, .rv = p >> 1, .n_steps = 2,
+                           .steps = {{0, 20, 20}, {20, 1, 1}}};
+            run_case(&g_bk[bi], &c, 500 + (uint64_t)p);
+        }
+}
+
+#ifdef KVQ_HAVE_VULKAN
+/* Rows the quantizer's corner cases decide: zeros, fp16-subnormal and clamped
+ * scales, exact halves (round away from zero), ties of |max| with both signs,
+ * huge and tiny values; every type, rotation off and on, byte for byte. */
+static void test_store_bytes(void **state) {
+    (void)state;
+    for (int bi = 0; bi < g_n; bi++) {
+        const backend *k = &g_bk[bi];
+        if (!k->vk) continue;
+        for (int hdi = 0; hdi < 2; hdi++)
+            for (int ty = 0; ty < 16; ty++) {
+                const int hd = hdi ? 64 : 32, n = 12, nkv = 2, rot = ty / 8;
+                const kvq_kv_desc d = {.n_layer = 1, .n_ctx = n, .n_head_kv = nkv, .head_dim = hd,
+                                       .type_k = TYPES[ty % 4], .type_v = TYPES[(ty + 1) % 4], .rotate_k = rot,
+                                       .rotate_v = !rot};
+                kvq_kvbuf *kv = k->be->kv_new(k->b, &d);
+                assert_non_null(kv);
+                const size_t cnt = (size_t)n * nkv * hd;
+                float *x = malloc(cnt * sizeof *x), *y = malloc(cnt * sizeof *y);
+                assert_true(x && y);
+                uint64_t st = 600 + (uint64_t)ty;
+                for (int t = 0; t < n * nkv; t++) {
+                    float *r = x + (size_t)t * hd;
+                    for (int j = 0; j < hd; j++) {
+                        const float u = rand_val(&st);
+                        switch (t % 12) {
+                        case 0: r[j] = 0.0f; break;
+                        case 1: r[j] = u * 1e-6f; break;  /* subnormal fp16 scale */
+                        case 2: r[j] = u * 1e-12f; break; /* scale underflows to 0 */
+                        case 3: r[j] = u * 1e9f; break;   /* scale clamps to 65504 */
+                        case 4: r[j] = (float)((j % 33) - 16) * 0.5f; break;  /* halves, ties */
+                        case 5: r[j] = j % 2 ? 8.0f : -8.0f; break;           /* |max| tie, both signs */
+                        case 6: r[j] = j == 0 ? 127.0f : (float)(j % 32 - 16) + 0.5f; break; /* q8: d = 1, halves */
+                        case 8: r[j] = j == 0 ? -8.0f : (float)(j % 15 - 7) + 0.5f; break;  /* q4: d = 1, halves */
+                        case 7: r[j] = u * 70000.0f; break; /* f16 overflow to inf */
+                        default: r[j] = u * (float)(t % 5 + 1); break;
+                        }
+                    }
+                }
+                for (size_t i = 0; i < cnt; i++) y[i] = x[(i + 7) % cnt];
+                kvq_buf *bx = upload(k, x, cnt), *by = upload(k, y, cnt);
+                k->be->kv_store(k->b, kv, 0, bx, by, 0, n);
+                const size_t kb = kvq_kv_row_bytes(d.type_k, hd), vb = kvq_kv_row_bytes(d.type_v, hd);
+                uint8_t *K = calloc((size_t)nkv * n, kb), *V = calloc((size_t)nkv * n, vb);
+                assert_true(K && V);
+                for (int t = 0; t < n; t++)
+                    for (int h = 0; h < nkv; h++) {
+                        const size_t row = (size_t)h * n + t, src = ((size_t)t * nkv + h) * hd;
+                        kvq_ref_kv_store_row(d.type_k, d.rotate_k, x + src, K + row * kb, hd);
+                        kvq_ref_kv_store_row(d.type_v, d.rotate_v, y + src, V + row * vb, hd);
+                    }
+                char what[96];
+                snprintf(what, sizeof what, "store hd %d K %s%s V %s%s", hd, kvq_cache_type_name(d.type_k),
+                         rot ? "+rot" : "", kvq_cache_type_name(d.type_v), rot ? "" : "+rot");
+                check_bytes(k, kv, &d, 0, K, V, n, what);
+                k->be->buf_free(k->b, bx);
+                k->be->buf_free(k->b, by);
+                k->be->kv_free(k->b, kv);
+                free(x);
+                free(y);
+                free(K);
+                free(V);
+            }
+    }
+}
+
+/* KVQ_VK_MAX_BUFFER below the cache size: one buffer per layer (the same
+ * answers), and kv_new fails with one line naming the limit when even one
+ * layer does not fit. */
+static void test_split_buffers(void **state) {
+    (void)state;
+    const kvq_backend *be = kvq_backend_find("vulkan");
+    if (!be) skip();
+    /* per layer: K q8 2 x 256 x 68 = 34816 bytes (one buffer per layer), V q4 2 x 256 x 36 (both in one);
+     * attention scratch budget 20000 bytes = 18 queries of 4 heads: prompts go in chunks */
+    setenv("KVQ_VK_MAX_BUFFER", "40000", 1);
+    kvq_bctx *b = start(be);
+    unsetenv("KVQ_VK_MAX_BUFFER");
+    if (!b) skip();
+    backend k = {be, b, 2e-5, 1};
+    attn_case c = {.hd = 64, .n_kv = 2, .n_rep = 2, .n_ctx = 256, .tk = KVQ_CACHE_Q8, .tv = KVQ_CACHE_Q4, .rk = 1,
+                   .n_steps = 3, .steps = {{0, 30, 30}, {30, 30, 2}, {60, 1, 1}}};
+    run_case(&k, &c, 700);
+    const kvq_kv_desc big = {.n_layer = 2, .n_ctx = 400, .n_head_kv = 2, .head_dim = 64, .type_k = KVQ_CACHE_Q8,
+                             .type_v = KVQ_CACHE_Q8};
+    kvq_kvbuf *kv = be->kv_new(b, &big);
+    assert_null(kv);
+    assert_non_null(strstr(kvq_last_error(), "limit"));
+    be->release(b);
+}
+#endif
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_type_pairs),
+        cmocka_unit_test(test_gqa_head_dims),
+        cmocka_unit_test(test_long_context),
+        cmocka_unit_test(test_window),
+        cmocka_unit_test(test_head_dim_32),
+#ifdef KVQ_HAVE_VULKAN
+        cmocka_unit_test(test_store_bytes),
+        cmocka_unit_test(test_split_buffers),
+#endif
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
