@@ -311,12 +311,40 @@ static void test_upload_refused(void **state) {
     }
 }
 
+#ifdef KVQ_HAVE_VULKAN
+/* Out of device memory halfway through a split upload (the core's KVQ_VK_MEMORY_LIMIT
+ * cap, set here on the instance): one message naming the tensor, nothing kept. */
+static void test_upload_out_of_memory(void **state) {
+    (void)state;
+    for (int ri = 0; ri < n_runners; ri++) {
+        const runner *r = &runners[ri];
+        if (!r->split) continue;
+        tweight w;
+        make_dense(&w, KVQ_W_F32, 300, 261);
+        w.d.name = "big.weight";
+        size_t held = r->b->dev_bytes;
+        r->b->dev_limit = held + 3 * (size_t)atoi(SPLIT_MAX_BUFFER); /* room for a few pieces */
+        kvq_wt *wt = r->be->weight_upload(r->b, &w.d);
+        r->b->dev_limit = 0;
+        assert_null(wt);
+        const char *e = kvq_last_error();
+        if (!strstr(e, "big.weight") || !strstr(e, "memory")) fail_msg("unclear message: %s", e);
+        print_message("%s: %s\n", r->label, e);
+        assert_int_equal(r->b->dev_bytes, held);
+        tweight_free(&w);
+    }
+}
+#endif
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_get_rows),
         cmocka_unit_test(test_weight_bytes),
         cmocka_unit_test(test_upload_refused),
+#ifdef KVQ_HAVE_VULKAN
+        cmocka_unit_test(test_upload_out_of_memory),
+#endif
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
