@@ -11,6 +11,7 @@
 #define VEC_MAX_N 4
 #define LUT_ROWS_PER_WG (256 * 4)    /* mm_lut: 256 invocations x RPT 4 */
 #define GATHER_ROWS_PER_WG (256 * 2) /* mm_gather: RPT 2 */
+#define DENSE_VEC_ROWS 64 /* mm_dense_vec: 8 teams x 8 rows */
 #define TILE 64
 
 static uint32_t cdiv(size_t a, size_t b) { return (uint32_t)((a + b - 1) / b); }
@@ -77,7 +78,7 @@ static void matvec_dense(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf
                        (uint32_t)w->stride, (uint32_t)n, w->bias ? 1u : 0u};
         vk_bind bind[6] = {vk_whole(pp->buf), vk_whole(b->dummy), vk_whole(x),
                            vk_whole(y), vk_whole(b->dummy), opt(b, w->bias)};
-        vk_dispatch(b, p, bind, 6, &pc, sizeof pc, cdiv((size_t)pp->rows, 4), 1, 1);
+        vk_dispatch(b, p, bind, 6, &pc, sizeof pc, cdiv((size_t)pp->rows, DENSE_VEC_ROWS), 1, 1);
     }
 }
 

@@ -10,9 +10,9 @@
 
 /* Dense rows of a piece are rounded to this many values. */
 #define ROW_PAD 8
-/* Shader grid limits: mm_dense_vec covers 4 rows per workgroup, mm_tile 64,
- * along x (at least 65535 groups on every device). */
-#define MAX_PIECE_ROWS (4 * 65535)
+/* Shader grid limits: mm_dense_vec and mm_tile cover 64 rows per workgroup, mm_lut
+ * 1024, get_rows one id per group along y (at least 65535 groups on every device). */
+#define MAX_PIECE_ROWS (64 * 65535)
 /* Shared memory the AQLM shaders need (mm_lut: 16 KiB table + staged x). */
 #define AQLM_SHARED_BYTES (20 * 1024)
 /* Host batch for padded dense uploads. */
