@@ -33,37 +33,37 @@ void main() {
     uint nrun = pc.stride / 8u;
     bool x16 = (pc.cols & 3u) == 0u;
     float acc[RT * NT];
-    for (uint i = 0u; i < RT * NT; i++) acc[i] = 0.0;
-    for (uint rr = 0u; rr < RT; rr++) {
+    [[unroll]] for (uint i = 0u; i < RT * NT; i++) acc[i] = 0.0;
+    [[unroll]] for (uint rr = 0u; rr < RT; rr++) {
         uint r = rbase + rr;
-        if (r >= pc.rows_p) break;
-        for (uint q = lane; q < nrun; q += LANES) {
+        uint qend = r < pc.rows_p ? nrun : 0u;
+        for (uint q = lane; q < qend; q += LANES) {
             float v[8];
             DENSE8(w, FMT, r * pc.stride + q * 8u, v)
             uint k = q * 8u;
             if (k + 8u <= pc.cols && x16) {
-                for (uint t = 0u; t < NT; t++) {
+                [[unroll]] for (uint t = 0u; t < NT; t++) {
                     uint xo = (t * pc.cols + k) >> 2;
                     acc[rr * NT + t] += dot(vec4(v[0], v[1], v[2], v[3]), x4[xo]) +
                                         dot(vec4(v[4], v[5], v[6], v[7]), x4[xo + 1u]);
                 }
             } else {
-                for (uint t = 0u; t < NT; t++)
-                    for (uint i = 0u; i < 8u; i++)
+                [[unroll]] for (uint t = 0u; t < NT; t++)
+                    [[unroll]] for (uint i = 0u; i < 8u; i++)
                         if (k + i < pc.cols) acc[rr * NT + t] += v[i] * x[t * pc.cols + k + i];
             }
         }
     }
     // red[(row in workgroup * NT + t) * LANES + lane]
-    for (uint rr = 0u; rr < RT; rr++)
-        for (uint t = 0u; t < NT; t++) red[((team * RT + rr) * NT + t) * LANES + lane] = acc[rr * NT + t];
+    [[unroll]] for (uint rr = 0u; rr < RT; rr++)
+        [[unroll]] for (uint t = 0u; t < NT; t++) red[((team * RT + rr) * NT + t) * LANES + lane] = acc[rr * NT + t];
     barrier();
     uint r = gl_WorkGroupID.x * ROWS + tid; // invocation tid finishes row tid of the workgroup
     if (r < pc.rows_p) {
         float bv = (pc.flags & 1u) != 0u ? bias[pc.row0 + r] : 0.0;
-        for (uint t = 0u; t < NT; t++) {
+        [[unroll]] for (uint t = 0u; t < NT; t++) {
             float s = 0.0;
-            for (uint l = 0u; l < LANES; l++) s += red[(tid * NT + t) * LANES + l];
+            [[unroll]] for (uint l = 0u; l < LANES; l++) s += red[(tid * NT + t) * LANES + l];
             if (t < pc.n) y[t * pc.rows_total + pc.row0 + r] = s + bv;
         }
     }

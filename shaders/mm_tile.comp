@@ -44,52 +44,52 @@ void main() {
     bool x16 = (pc.cols & 3u) == 0u;
 
     float acc[8][8];
-    for (uint i = 0u; i < 8u; i++)
-        for (uint j = 0u; j < 8u; j++) acc[i][j] = 0.0;
+    [[unroll]] for (uint i = 0u; i < 8u; i++)
+        [[unroll]] for (uint j = 0u; j < 8u; j++) acc[i][j] = 0.0;
 
     uint kend = FMT == FMT_AQLM ? pc.cols : pc.stride;
     for (uint k0 = 0u; k0 < kend; k0 += TK) {
-        for (uint h = 0u; h < TK; h += 8u) {
+        [[unroll]] for (uint h = 0u; h < TK; h += 8u) {
             float v[8];
             uint k = k0 + h;
             if (wr < pc.rows_p && k < kend) {
                 if (FMT == FMT_AQLM) {
                     AQLM_DEQ8(w, cb, M, NB, IG, CS, pc.rows_p, wr, k / IG, k % IG, v)
-                    for (uint i = 0u; i < 8u; i++) v[i] *= scale;
+                    [[unroll]] for (uint i = 0u; i < 8u; i++) v[i] *= scale;
                 } else {
                     DENSE8(w, FMT, wr * pc.stride + k, v)
                 }
             } else {
-                for (uint i = 0u; i < 8u; i++) v[i] = 0.0;
+                [[unroll]] for (uint i = 0u; i < 8u; i++) v[i] = 0.0;
             }
-            for (uint i = 0u; i < 8u; i++) ws[h + i][tid] = v[i];
+            [[unroll]] for (uint i = 0u; i < 8u; i++) ws[h + i][tid] = v[i];
             if (xt < pc.n && k + 8u <= pc.cols && x16) {
                 uint b = (xt * pc.cols + k) >> 2;
                 vec4 a0 = x4[b], a1 = x4[b + 1u];
-                for (uint i = 0u; i < 4u; i++) {
+                [[unroll]] for (uint i = 0u; i < 4u; i++) {
                     xs[h + i][tid] = a0[i];
                     xs[h + 4u + i][tid] = a1[i];
                 }
             } else {
-                for (uint i = 0u; i < 8u; i++)
+                [[unroll]] for (uint i = 0u; i < 8u; i++)
                     xs[h + i][tid] = (xt < pc.n && k + i < pc.cols) ? x[xt * pc.cols + k + i] : 0.0;
             }
         }
         barrier();
-        for (uint kk = 0u; kk < TK; kk++) {
+        [[unroll]] for (uint kk = 0u; kk < TK; kk++) {
             float a[8], bb[8];
-            for (uint i = 0u; i < 8u; i++) a[i] = ws[kk][tx + 8u * i];
-            for (uint j = 0u; j < 8u; j++) bb[j] = xs[kk][ty + 8u * j];
-            for (uint i = 0u; i < 8u; i++)
-                for (uint j = 0u; j < 8u; j++) acc[i][j] += a[i] * bb[j];
+            [[unroll]] for (uint i = 0u; i < 8u; i++) a[i] = ws[kk][tx + 8u * i];
+            [[unroll]] for (uint j = 0u; j < 8u; j++) bb[j] = xs[kk][ty + 8u * j];
+            [[unroll]] for (uint i = 0u; i < 8u; i++)
+                [[unroll]] for (uint j = 0u; j < 8u; j++) acc[i][j] += a[i] * bb[j];
         }
         barrier();
     }
-    for (uint i = 0u; i < 8u; i++) {
+    [[unroll]] for (uint i = 0u; i < 8u; i++) {
         uint r = rt + tx + 8u * i;
         if (r >= pc.rows_p) continue;
         float bv = (pc.flags & 1u) != 0u ? bias[pc.row0 + r] : 0.0;
-        for (uint j = 0u; j < 8u; j++) {
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {
             uint t = tt + ty + 8u * j;
             if (t < pc.n) y[t * pc.rows_total + pc.row0 + r] = acc[i][j] + bv;
         }
