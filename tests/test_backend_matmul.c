@@ -116,9 +116,8 @@ static void make_dense(tweight *w, kvq_wformat f, int rows, int cols) {
     make_bias(w, f == KVQ_W_F32 ? KVQ_W_BF16 : KVQ_W_F32);
 }
 
-static void make_aqlm(tweight *w, int rows, int cols, int M, int nbits, int ig) {
+static void make_aqlm(tweight *w, int rows, int cols, int M, int nbits, int ig, int cb) {
     memset(w, 0, sizeof *w);
-    int cb = nbits > 8 ? 2 : 1;
     size_t K = (size_t)1 << nbits, n_codes = (size_t)rows * (size_t)(cols / ig) * (size_t)M;
     uint8_t *codes = ualloc(w, 0, n_codes * (size_t)cb);
     for (size_t i = 0; i < n_codes * (size_t)cb; i++) /* the whole range: negative int8/int16 too */
@@ -137,24 +136,28 @@ typedef struct {
     const char *name;
     kvq_wformat fmt;
     int rows, cols, M, nbits, ig;
+    int code_bytes; /* 0: as the AQLM export stores them (int8 up to 8 bits, else int16) */
 } scheme;
 
 static const scheme schemes[] = {
-    {"f32", KVQ_W_F32, 300, 261, 0, 0, 0},
-    {"f16", KVQ_W_F16, 300, 261, 0, 0, 0},
-    {"bf16", KVQ_W_BF16, 131, 200, 0, 0, 0},
-    {"aqlm 2x8", KVQ_W_AQLM, 300, 264, 2, 8, 8},
-    {"aqlm 2x8 one chunk", KVQ_W_AQLM, 70, 64, 2, 8, 8},
-    {"aqlm 1x16", KVQ_W_AQLM, 300, 264, 1, 16, 8},
-    {"aqlm 1x8", KVQ_W_AQLM, 130, 264, 1, 8, 8},
-    {"aqlm 4x8", KVQ_W_AQLM, 300, 264, 4, 8, 8},
-    {"aqlm 2x8 g16", KVQ_W_AQLM, 300, 272, 2, 8, 16},
-    {"aqlm 1x16 g16", KVQ_W_AQLM, 130, 272, 1, 16, 16},
+    {"f32", KVQ_W_F32, 300, 261, 0, 0, 0, 0},
+    {"f16", KVQ_W_F16, 300, 261, 0, 0, 0, 0},
+    {"bf16", KVQ_W_BF16, 131, 200, 0, 0, 0, 0},
+    {"aqlm 2x8", KVQ_W_AQLM, 300, 264, 2, 8, 8, 0},
+    {"aqlm 2x8 one chunk", KVQ_W_AQLM, 70, 64, 2, 8, 8, 0},
+    {"aqlm 1x16", KVQ_W_AQLM, 300, 264, 1, 16, 8, 0},
+    {"aqlm 1x8", KVQ_W_AQLM, 130, 264, 1, 8, 8, 0},
+    {"aqlm 4x8", KVQ_W_AQLM, 300, 264, 4, 8, 8, 0},
+    {"aqlm 2x8 g16", KVQ_W_AQLM, 300, 272, 2, 8, 16, 0},
+    {"aqlm 1x16 g16", KVQ_W_AQLM, 130, 272, 1, 16, 16, 0},
+    {"aqlm 2x12", KVQ_W_AQLM, 130, 264, 2, 12, 8, 0},              /* int16 codes read mod 2^12 */
+    {"aqlm 2x8 int16 codes", KVQ_W_AQLM, 130, 264, 2, 8, 8, 2}, /* read mod 2^8 */
 };
 #define N_SCHEMES ((int)(sizeof schemes / sizeof schemes[0]))
 
 static void make_scheme(tweight *w, const scheme *s) {
-    if (s->fmt == KVQ_W_AQLM) make_aqlm(w, s->rows, s->cols, s->M, s->nbits, s->ig);
+    if (s->fmt == KVQ_W_AQLM)
+        make_aqlm(w, s->rows, s->cols, s->M, s->nbits, s->ig, s->code_bytes ? s->code_bytes : s->nbits > 8 ? 2 : 1);
     else make_dense(w, s->fmt, s->rows, s->cols);
 }
 
