@@ -13,6 +13,21 @@
 extern "C" {
 #endif
 
+/* Marks the functions libkvq.so exports; everything else in the library is hidden. */
+#if defined(__GNUC__) || defined(__clang__)
+#define KVQ_API __attribute__((visibility("default")))
+#else
+#define KVQ_API
+#endif
+
+/* Library version, "MAJOR.MINOR.PATCH". */
+KVQ_API const char *kvq_version(void);
+/* Directory of the demo model shipped with kvq, or NULL when none is found: $KVQ_DEMO_MODEL
+ * when set (NULL if it holds no config.json), else <prefix>/share/kvq/models/demo found
+ * from where libkvq (or the program it is linked into) is installed, else the install
+ * prefix kvq was configured with, else the source tree it was built from. */
+KVQ_API const char *kvq_demo_model_dir(void);
+
 typedef enum {
     KVQ_OK = 0,
     KVQ_ERR_IO,          /* file missing or unreadable */
@@ -24,8 +39,8 @@ typedef enum {
 } kvq_status;
 
 /* Message for the last failed call on this thread ("" if none). */
-const char *kvq_last_error(void);
-const char *kvq_status_str(kvq_status s);
+KVQ_API const char *kvq_last_error(void);
+KVQ_API const char *kvq_status_str(kvq_status s);
 
 /* KV cache element types, chosen separately for K and V. */
 typedef enum {
@@ -36,41 +51,41 @@ typedef enum {
 } kvq_cache_type;
 
 /* Parses "f32", "f16", "q8", "q4"; returns -1 when unknown. */
-int kvq_cache_type_parse(const char *s);
-const char *kvq_cache_type_name(kvq_cache_type t);
+KVQ_API int kvq_cache_type_parse(const char *s);
+KVQ_API const char *kvq_cache_type_name(kvq_cache_type t);
 
 /* ---- tokenizer ---------------------------------------------------------- */
 
 typedef struct kvq_tokenizer kvq_tokenizer;
 
 /* Loads tokenizer.json (+ tokenizer_config.json, config.json if present) from dir. */
-kvq_status kvq_tokenizer_load(const char *dir, kvq_tokenizer **out);
-void kvq_tokenizer_free(kvq_tokenizer *tok);
+KVQ_API kvq_status kvq_tokenizer_load(const char *dir, kvq_tokenizer **out);
+KVQ_API void kvq_tokenizer_free(kvq_tokenizer *tok);
 
 /* Encodes len bytes of UTF-8 text. Writes at most max_ids ids and returns the
  * total count (call again with a bigger buffer if larger than max_ids), or -1
  * on error. add_bos prepends the BOS id when the tokenizer has one. */
-int kvq_tokenize(const kvq_tokenizer *tok, const char *text, size_t len, int add_bos,
+KVQ_API int kvq_tokenize(const kvq_tokenizer *tok, const char *text, size_t len, int add_bos,
                  int32_t *ids, int max_ids);
 
 /* Decodes ids to text as HF `decode(ids, skip_special_tokens=skip_special)` would.
  * Writes at most size-1 bytes plus a NUL; returns the full length, or -1 on error. */
-int kvq_detokenize(const kvq_tokenizer *tok, const int32_t *ids, int n, int skip_special,
+KVQ_API int kvq_detokenize(const kvq_tokenizer *tok, const int32_t *ids, int n, int skip_special,
                    char *out, size_t size);
 
-int kvq_vocab_size(const kvq_tokenizer *tok);
-int32_t kvq_token_bos(const kvq_tokenizer *tok); /* -1 if none */
-int kvq_token_is_eog(const kvq_tokenizer *tok, int32_t id); /* EOS / end-of-turn */
+KVQ_API int kvq_vocab_size(const kvq_tokenizer *tok);
+KVQ_API int32_t kvq_token_bos(const kvq_tokenizer *tok); /* -1 if none */
+KVQ_API int kvq_token_is_eog(const kvq_tokenizer *tok, int32_t id); /* EOS / end-of-turn */
 
 /* Streaming decoder: feed ids one at a time, get the text they complete.
  * Holds back incomplete UTF-8 sequences, so output never splits a character. */
 typedef struct kvq_detok kvq_detok;
-kvq_detok *kvq_detok_new(const kvq_tokenizer *tok, int skip_special);
+KVQ_API kvq_detok *kvq_detok_new(const kvq_tokenizer *tok, int skip_special);
 /* Appends the newly completed text (NUL-terminated) to out; returns its length or -1. */
-int kvq_detok_push(kvq_detok *d, int32_t id, char *out, size_t size);
+KVQ_API int kvq_detok_push(kvq_detok *d, int32_t id, char *out, size_t size);
 /* Flushes held-back bytes (invalid tails become U+FFFD as HF does). */
-int kvq_detok_flush(kvq_detok *d, char *out, size_t size);
-void kvq_detok_free(kvq_detok *d);
+KVQ_API int kvq_detok_flush(kvq_detok *d, char *out, size_t size);
+KVQ_API void kvq_detok_free(kvq_detok *d);
 
 /* ---- model -------------------------------------------------------------- */
 
@@ -83,27 +98,27 @@ typedef struct {
                             (a GPU backend also reads KVQ_VK_DEVICE) */
 } kvq_model_params;
 
-kvq_model_params kvq_model_default_params(void);
+KVQ_API kvq_model_params kvq_model_default_params(void);
 
 /* Loads an HF model directory (config.json, model.safetensors or
  * model.safetensors.index.json, tokenizer.json). */
-kvq_status kvq_model_load(const char *dir, const kvq_model_params *p, kvq_model **out);
-void kvq_model_free(kvq_model *m);
+KVQ_API kvq_status kvq_model_load(const char *dir, const kvq_model_params *p, kvq_model **out);
+KVQ_API void kvq_model_free(kvq_model *m);
 
-const kvq_tokenizer *kvq_model_tokenizer(const kvq_model *m);
-int kvq_model_n_vocab(const kvq_model *m);
-int kvq_model_n_ctx_train(const kvq_model *m);
+KVQ_API const kvq_tokenizer *kvq_model_tokenizer(const kvq_model *m);
+KVQ_API int kvq_model_n_vocab(const kvq_model *m);
+KVQ_API int kvq_model_n_ctx_train(const kvq_model *m);
 /* The backend and device in use, e.g. "cpu: 2 threads, avx512". */
-const char *kvq_model_backend_name(const kvq_model *m);
+KVQ_API const char *kvq_model_backend_name(const kvq_model *m);
 /* Why automatic selection passed over a preferred backend ("" if it did not). */
-const char *kvq_model_backend_note(const kvq_model *m);
+KVQ_API const char *kvq_model_backend_note(const kvq_model *m);
 /* Comma-separated names of the backends built into this library, best first. */
-const char *kvq_backend_names(void);
+KVQ_API const char *kvq_backend_names(void);
 /* Bytes of weights one decoded token streams: all of them but the embedding
  * table, of which it reads one row (a tied table counts, as the LM head). */
-size_t kvq_model_weight_bytes(const kvq_model *m);
+KVQ_API size_t kvq_model_weight_bytes(const kvq_model *m);
 /* One-line human description (architecture, sizes, weight format). */
-const char *kvq_model_desc(const kvq_model *m);
+KVQ_API const char *kvq_model_desc(const kvq_model *m);
 
 /* ---- context: KV cache + evaluation -------------------------------------- */
 
@@ -118,27 +133,27 @@ typedef struct {
     int logits_all;            /* keep logits for every position of a batch (perplexity) */
 } kvq_context_params;
 
-kvq_context_params kvq_context_default_params(void);
+KVQ_API kvq_context_params kvq_context_default_params(void);
 
-kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *p, kvq_context **out);
-void kvq_context_free(kvq_context *c);
+KVQ_API kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *p, kvq_context **out);
+KVQ_API void kvq_context_free(kvq_context *c);
 
 /* Evaluates n tokens at positions n_past .. n_past+n-1 (n_past = tokens already in
  * the cache). Splits into n_batch pieces internally. */
-kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n);
+KVQ_API kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n);
 /* Tokens currently in the cache. */
-int kvq_n_past(const kvq_context *c);
+KVQ_API int kvq_n_past(const kvq_context *c);
 /* Drops cache positions >= n_past (e.g. to restart generation). */
-kvq_status kvq_kv_truncate(kvq_context *c, int n_past);
+KVQ_API kvq_status kvq_kv_truncate(kvq_context *c, int n_past);
 
 /* Logits of the last evaluated position (n_vocab floats), or of batch row i
  * (0-based within the last kvq_eval call) when logits_all is set. */
-const float *kvq_logits(const kvq_context *c);
-const float *kvq_logits_row(const kvq_context *c, int i);
+KVQ_API const float *kvq_logits(const kvq_context *c);
+KVQ_API const float *kvq_logits_row(const kvq_context *c, int i);
 
 /* Bytes the KV cache occupies in total, and for the positions in use. */
-size_t kvq_kv_bytes_total(const kvq_context *c);
-size_t kvq_kv_bytes_used(const kvq_context *c);
+KVQ_API size_t kvq_kv_bytes_total(const kvq_context *c);
+KVQ_API size_t kvq_kv_bytes_used(const kvq_context *c);
 
 /* ---- sampling ------------------------------------------------------------ */
 
@@ -151,10 +166,10 @@ typedef struct {
     uint64_t seed;
 } kvq_sampler_params;
 
-kvq_sampler_params kvq_sampler_default_params(void);
-kvq_sampler *kvq_sampler_new(const kvq_sampler_params *p);
-int32_t kvq_sample(kvq_sampler *s, const float *logits, int n_vocab);
-void kvq_sampler_free(kvq_sampler *s);
+KVQ_API kvq_sampler_params kvq_sampler_default_params(void);
+KVQ_API kvq_sampler *kvq_sampler_new(const kvq_sampler_params *p);
+KVQ_API int32_t kvq_sample(kvq_sampler *s, const float *logits, int n_vocab);
+KVQ_API void kvq_sampler_free(kvq_sampler *s);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 
 #include "context.h"
 #include "kv_format.h"
+#include "resources.h"
 
 kvq_context_params kvq_context_default_params(void) {
     kvq_context_params p = {
@@ -44,7 +45,7 @@ static kvq_status check_params(const kvq_hparams *hp, kvq_context_params *p) {
     if (!pow2 && p->kv_rotate == 1)
         return kvq_fail(KVQ_ERR_UNSUPPORTED, "KV rotation needs a power-of-two head_dim (model has %d)", hp->head_dim);
     if (!pow2) p->kv_rotate = 0;
-    return KVQ_OK;
+    return kvq_mem_check(hp, p->n_ctx, p->n_batch, p->logits_all, p->type_k, p->type_v);
 }
 
 kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_context **out) {
@@ -103,7 +104,8 @@ kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n) {
     const kvq_hparams *hp = &c->m->hp;
     if (n <= 0 || !ids) return kvq_fail(KVQ_ERR_ARG, "kvq_eval: no tokens");
     if (n > c->p.n_ctx - c->n_past)
-        return kvq_fail(KVQ_ERR_ARG, "context full: %d tokens in the cache + %d new > n_ctx %d", c->n_past, n, c->p.n_ctx);
+        return kvq_fail(KVQ_ERR_ARG, "context full: %d new tokens do not fit (%d already in the cache, n_ctx (-c) is %d)", n, c->n_past,
+                        c->p.n_ctx);
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= hp->n_vocab)
             return kvq_fail(KVQ_ERR_ARG, "token id %d is outside the vocabulary (0..%d)", ids[i], hp->n_vocab - 1);

@@ -14,7 +14,8 @@ static kvq_status get_int(const cJSON *root, const char *key, int dflt, int lo, 
         *out = dflt;
         return KVQ_OK;
     }
-    if (!cJSON_IsNumber(j) || j->valuedouble != (double)(int)j->valuedouble || j->valuedouble < lo || j->valuedouble > hi)
+    /* range first: converting an out-of-range double to int is undefined */
+    if (!cJSON_IsNumber(j) || !(j->valuedouble >= lo && j->valuedouble <= hi) || j->valuedouble != (double)(int)j->valuedouble)
         return kvq_fail(KVQ_ERR_FORMAT, "%s: field '%s' must be an integer in %d..%d", path, key, lo, hi);
     *out = (int)j->valuedouble;
     return KVQ_OK;
@@ -38,7 +39,7 @@ static kvq_status parse_aqlm(const cJSON *q, const char *path, kvq_hparams *hp) 
     if (strcmp(m->valuestring, "aqlm") != 0)
         return kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: unsupported quantization_config.quant_method '%.40s' (kvq runs 'aqlm' and unquantized fp16/bf16/fp32)",
                         path, m->valuestring);
-    int og;
+    int og = 1;
     kvq_status s;
     if ((s = get_int(q, "num_codebooks", -1, 0, 1 << 20, &hp->aqlm_codebooks, path)) ||
         (s = get_int(q, "nbits_per_codebook", -1, 0, 1 << 20, &hp->aqlm_nbits, path)) ||
@@ -126,6 +127,12 @@ kvq_status kvq_hparams_parse(const char *text, const char *path, kvq_hparams *hp
         goto done;
     if (hp->n_head % hp->n_head_kv) {
         s = kvq_fail(KVQ_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", path, hp->n_head, hp->n_head_kv);
+        goto done;
+    }
+    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
+    if ((!hd || cJSON_IsNull(hd)) && hp->n_embd % hp->n_head) {
+        s = kvq_fail(KVQ_ERR_FORMAT, "%s: hidden_size %d is not a multiple of num_attention_heads %d (and no head_dim is given)", path,
+                     hp->n_embd, hp->n_head);
         goto done;
     }
     int hd_default = hp->n_embd % hp->n_head ? -1 : hp->n_embd / hp->n_head;

@@ -72,6 +72,28 @@ static kvq_status dense_desc(const loader *L, const char *name, int rows, int co
     return KVQ_OK;
 }
 
+/* fp16 values must be finite: a NaN/Inf codebook entry or scale poisons every output it touches. */
+static kvq_status check_f16_finite(const loader *L, const kvq_st_tensor *t) {
+    size_t n = t->nbytes / 2;
+    for (size_t i = 0; i < n; i++)
+        if ((kvq_rd_u16(t->data, i) & 0x7C00) == 0x7C00)
+            return kvq_fail(KVQ_ERR_FORMAT, "%s: tensor '%s' holds NaN or Inf (value %zu)", kvq_st_path(L->st, t), t->name, i);
+    return KVQ_OK;
+}
+
+/* Codes narrower than their storage (9..15 bits in int16) must not use the spare bits. */
+static kvq_status check_codes(const loader *L, const kvq_st_tensor *t, int nbits) {
+    if (t->dtype != KVQ_DT_I16 || nbits >= 16) return KVQ_OK;
+    size_t n = t->nbytes / 2;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t c = kvq_rd_u16(t->data, i);
+        if (c >> nbits)
+            return kvq_fail(KVQ_ERR_FORMAT, "%s: tensor '%s' has code %d at index %zu, out of range for nbits_per_codebook %d",
+                            kvq_st_path(L->st, t), t->name, (int16_t)c, i, nbits);
+    }
+    return KVQ_OK;
+}
+
 static int not_quantized(const kvq_hparams *hp, const char *name) {
     for (int i = 0; i < hp->n_not_quantized; i++)
         if (strcmp(hp->not_quantized[i], name) == 0) return 1;
@@ -112,6 +134,7 @@ static kvq_status linear_desc(const loader *L, const char *prefix, int rows, int
         int64_t sd[4] = {rows, 1, 1, 1};
         snprintf(want, sizeof want, "[%d, 1, 1, 1] F16", rows);
         if (!shape_is(sc, 4, sd) || sc->dtype != KVQ_DT_F16) return shape_error(L, sc, want);
+        if ((s = check_codes(L, codes, nb)) || (s = check_f16_finite(L, cb)) || (s = check_f16_finite(L, sc))) return s;
         memset(d, 0, sizeof *d);
         d->fmt = KVQ_W_AQLM;
         d->rows = rows;
@@ -154,8 +177,11 @@ static kvq_status load_dense(kvq_model *m, const loader *L, const char *name, in
 }
 
 kvq_status kvq_model_load_weights(kvq_model *m, const char *dir, const kvq_st *st) {
-    (void)dir;
     const kvq_hparams *hp = &m->hp;
+    /* ids the tokenizer can produce must have embedding rows (config may pad past the tokenizer) */
+    if (m->tok && kvq_vocab_size(m->tok) > hp->n_vocab)
+        return kvq_fail(KVQ_ERR_FORMAT, "%s/tokenizer.json: %d token ids, but config.json vocab_size is %d", dir,
+                        kvq_vocab_size(m->tok), hp->n_vocab);
     loader L = {st, hp};
     int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     kvq_status s;

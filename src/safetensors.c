@@ -87,6 +87,65 @@ static kvq_status parse_entry(kvq_st_tensor *t, const cJSON *e, size_t data_size
     return KVQ_OK;
 }
 
+static size_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* Makes room in the name index for `want` tensors (load factor <= 1/2). */
+static int index_reserve(kvq_st *st, size_t want) {
+    size_t cap = st->slots ? st->slot_mask + 1 : 0;
+    if (want * 2 <= cap) return 0;
+    size_t n = 64;
+    while (n < want * 2) n *= 2;
+    int *slots = calloc(n, sizeof *slots);
+    if (!slots) return -1;
+    for (int i = 0; i < st->n_tensors; i++) {
+        size_t h = name_hash(st->tensors[i].name) & (n - 1);
+        while (slots[h]) h = (h + 1) & (n - 1);
+        slots[h] = i + 1;
+    }
+    free(st->slots);
+    st->slots = slots;
+    st->slot_mask = n - 1;
+    return 0;
+}
+
+static void index_add(kvq_st *st, int i) {
+    size_t h = name_hash(st->tensors[i].name) & st->slot_mask;
+    while (st->slots[h]) h = (h + 1) & st->slot_mask;
+    st->slots[h] = i + 1;
+}
+
+static int by_offset(const void *a, const void *b) {
+    const kvq_st_tensor *x = *(const kvq_st_tensor *const *)a, *y = *(const kvq_st_tensor *const *)b;
+    return (x->data > y->data) - (x->data < y->data);
+}
+
+/* Tensors of one file must not share bytes: a writer bug or a crafted file that
+ * aliases one tensor's data as another's. Empty tensors take no bytes. */
+static kvq_status check_overlaps(const kvq_st *st, int first, const uint8_t *data, const char *path) {
+    int n = st->n_tensors - first;
+    if (n < 2) return KVQ_OK;
+    const kvq_st_tensor **v = malloc(sizeof *v * (size_t)n);
+    if (!v) return kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", path);
+    int k = 0;
+    for (int i = first; i < st->n_tensors; i++)
+        if (st->tensors[i].nbytes) v[k++] = &st->tensors[i];
+    qsort(v, (size_t)k, sizeof *v, by_offset);
+    kvq_status s = KVQ_OK;
+    for (int i = 1; i < k && s == KVQ_OK; i++) {
+        const kvq_st_tensor *a = v[i - 1], *b = v[i];
+        if (a->data + a->nbytes > b->data)
+            s = kvq_fail(KVQ_ERR_FORMAT, "%s: tensor '%s' (data bytes %zu..%zu) overlaps tensor '%s' (bytes %zu..%zu)", path,
+                         b->name, (size_t)(b->data - data), (size_t)(b->data - data) + b->nbytes, a->name,
+                         (size_t)(a->data - data), (size_t)(a->data - data) + a->nbytes);
+    }
+    free(v);
+    return s;
+}
+
 kvq_status kvq_st_parse(kvq_st *st, const uint8_t *buf, size_t size, const char *path, int file) {
     if (size < 8) return kvq_fail(KVQ_ERR_FORMAT, "%s: too short for a safetensors file (%zu bytes)", path, size);
     uint64_t hlen = 0;
@@ -104,11 +163,12 @@ kvq_status kvq_st_parse(kvq_st *st, const uint8_t *buf, size_t size, const char 
     int n = 0;
     for (const cJSON *e = root->child; e; e = e->next) n++;
     kvq_st_tensor *nt = realloc(st->tensors, sizeof *nt * (size_t)(st->n_tensors + n + 1));
-    if (!nt) {
+    if (nt) st->tensors = nt;
+    if (!nt || index_reserve(st, (size_t)st->n_tensors + (size_t)n)) {
         cJSON_Delete(root);
         return kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", path);
     }
-    st->tensors = nt;
+    int first = st->n_tensors;
     kvq_status s = KVQ_OK;
     for (const cJSON *e = root->child; e && s == KVQ_OK; e = e->next) {
         if (!e->string) { s = kvq_fail(KVQ_ERR_FORMAT, "%s: header entry without a name", path); break; }
@@ -125,9 +185,10 @@ kvq_status kvq_st_parse(kvq_st *st, const uint8_t *buf, size_t size, const char 
         t->file = file;
         t->name = strdup(e->string);
         if (!t->name) { s = kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", path); break; }
-        st->n_tensors++;
+        index_add(st, st->n_tensors++);
     }
     cJSON_Delete(root);
+    if (s == KVQ_OK) s = check_overlaps(st, first, data, path);
     return s;
 }
 
@@ -172,7 +233,10 @@ static kvq_status open_index(kvq_st *st, const char *dir, const char *index_path
         kvq_path_join(path, sizeof path, dir, e->valuestring);
         int seen = 0;
         for (int f = 0; f < st->n_files; f++) seen |= strcmp(st->paths[f], path) == 0;
-        if (!seen) s = add_file(st, path);
+        if (!seen && !kvq_file_exists(path))
+            s = kvq_fail(KVQ_ERR_IO, "%s: shard named in model.safetensors.index.json is missing", path);
+        else if (!seen)
+            s = add_file(st, path);
     }
     /* every tensor the index names must be in the shard it names */
     for (const cJSON *e = map->child; e && s == KVQ_OK; e = e->next) {
@@ -205,14 +269,16 @@ void kvq_st_close(kvq_st *st) {
         free(st->paths[f]);
     }
     free(st->tensors);
+    free(st->slots);
     free(st->maps);
     free(st->paths);
     memset(st, 0, sizeof *st);
 }
 
 const kvq_st_tensor *kvq_st_find(const kvq_st *st, const char *name) {
-    for (int i = 0; i < st->n_tensors; i++)
-        if (strcmp(st->tensors[i].name, name) == 0) return &st->tensors[i];
+    if (!st->slots) return NULL;
+    for (size_t h = name_hash(name) & st->slot_mask; st->slots[h]; h = (h + 1) & st->slot_mask)
+        if (strcmp(st->tensors[st->slots[h] - 1].name, name) == 0) return &st->tensors[st->slots[h] - 1];
     return NULL;
 }
 

@@ -35,6 +35,10 @@ typedef struct {
     kvq_mmap *maps;
     int n_tensors;
     kvq_st_tensor *tensors;
+    /* name -> index + 1 (0: empty), open addressing: lookups stay O(1) even
+     * for a crafted header with a million tensors */
+    int *slots;
+    size_t slot_mask;
 } kvq_st;
 
 /* Parses one safetensors image (8-byte header length, JSON header, data) and

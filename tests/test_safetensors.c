@@ -47,14 +47,13 @@ static void test_good_header(void **state) {
     assert_int_equal(s->n_dims, 0);
     assert_int_equal(s->nbytes, 4);
     assert_null(kvq_st_find(&st, "missing"));
-    free(st.tensors[0].name), free(st.tensors[1].name), free(st.tensors[2].name), free(st.tensors);
+    kvq_st_close(&st);
 }
 
 static void expect_bad(const char *header, size_t data_len, const char *needle) {
     kvq_st st;
     kvq_status s = parse(header, data_len, &st);
-    for (int i = 0; i < st.n_tensors; i++) free(st.tensors[i].name);
-    free(st.tensors);
+    kvq_st_close(&st);
     assert_int_not_equal(s, KVQ_OK);
     const char *msg = kvq_last_error();
     if (!strstr(msg, "mem.safetensors") || !strstr(msg, needle)) fail_msg("message '%s' lacks '%s'", msg, needle);
@@ -84,7 +83,7 @@ static void test_bad_lengths(void **state) {
     uint8_t huge[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, '{', '}'};
     assert_int_not_equal(kvq_st_parse(&st, huge, sizeof huge, "mem.safetensors", 0), KVQ_OK);
     assert_non_null(strstr(kvq_last_error(), "header length"));
-    free(st.tensors);
+    kvq_st_close(&st);
 }
 
 static void test_missing_file(void **state) {

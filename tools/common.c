@@ -80,6 +80,15 @@ double kvq_tool_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int kvq_tool_version(const char *prog, int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--version")) {
+            printf("%s %s\n", prog, kvq_version());
+            return 1;
+        }
+    return 0;
+}
+
 void kvq_tool_report_backend(const char *prog, const kvq_model *m) {
     const char *note = kvq_model_backend_note(m);
     if (note && *note) fprintf(stderr, "%s: %s; using the next backend\n", prog, note);

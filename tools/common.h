@@ -16,6 +16,10 @@ int kvq_tool_die(const char *prog, const char *fmt, ...) __attribute__((format(p
 int kvq_tool_parse_int(const char *s, long lo, long hi, long *out);
 int kvq_tool_parse_float(const char *s, double *out);
 
+/* With --version among the arguments: prints "<prog> <kvq version>" and returns 1
+ * (main then exits 0); otherwise 0. */
+int kvq_tool_version(const char *prog, int argc, char **argv);
+
 /* Prints the backend and device in use on stderr, with the reason when automatic
  * selection passed over a GPU backend (one line each). */
 struct kvq_model;

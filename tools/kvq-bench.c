@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common.h"
+
 int kvq_bench_attn(int argc, char **argv);
 int kvq_bench_aqlm(int argc, char **argv);
 int kvq_bench_model(int argc, char **argv);
@@ -18,13 +20,14 @@ static const struct {
 };
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench <subcommand> [options]   (kvq-bench <subcommand> --help for its options)\n"
+    fprintf(f, "usage: kvq-bench <subcommand> [options]   (kvq-bench <subcommand> --help for its options; --version)\n"
                "subcommands:\n");
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++) fprintf(f, "  %-6s %s\n", CMDS[i].name, CMDS[i].help);
     return 0;
 }
 
 int main(int argc, char **argv) {
+    if (kvq_tool_version("kvq-bench", argc, argv)) return 0;
     if (argc < 2) {
         fprintf(stderr, "kvq-bench: no subcommand given (see --help)\n");
         return 1;

@@ -29,7 +29,8 @@ static void usage(FILE *f) {
             "  --ids                 print generated token ids instead of text\n"
             "  --verbose-prompt      print the prompt's token ids on stderr\n"
             "  --logits-out FILE     write float32 logits of the last prompt position\n"
-            "  -h, --help            this help\n");
+            "  -h, --help            this help\n"
+            "  --version             print the version\n");
 }
 
 typedef struct {
@@ -152,6 +153,7 @@ static int run_prompt(kvq_context *c, const kvq_model *m, kvq_sampler *s, const 
 }
 
 int main(int argc, char **argv) {
+    if (kvq_tool_version(P, argc, argv)) return 0;
     opts o = {0};
     int r = parse(argc, argv, &o);
     if (r) return r < 0 ? 0 : 1;

@@ -1,4 +1,5 @@
 /* kvq-ppl: perplexity of a text file, optionally with KL divergence against a reference KV cache type. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@ static void usage(FILE *f) {
             "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  -h, --help            this help\n"
+            "  --version             print the version\n"
             "Last stdout line: ppl = <value>\n");
 }
 
@@ -70,6 +72,7 @@ static kvq_context *make_ctx(kvq_model *m, int n_ctx, int n_batch, int tk, int t
 }
 
 int main(int argc, char **argv) {
+    if (kvq_tool_version(P, argc, argv)) return 0;
     const char *model = NULL, *file = NULL, *backend = NULL, *device = NULL;
     long n_ctx = 512, chunks = 0, n_batch = 0, threads = 0;
     int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1;
@@ -108,12 +111,14 @@ int main(int argc, char **argv) {
     if (!n_batch || n_batch > n_ctx) n_batch = n_ctx;
 
     FILE *f = fopen(file, "rb");
-    if (!f) return kvq_tool_die(P, "%s: cannot open", file);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
+    if (!f) return kvq_tool_die(P, "%s: cannot open: %s", file, strerror(errno));
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) return kvq_tool_die(P, "%s: cannot read: %s", file, strerror(errno));
+    if (len == 0) return kvq_tool_die(P, "%s: file is empty", file);
     char *text = malloc((size_t)len + 1);
-    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) return kvq_tool_die(P, "%s: read error", file);
+    if (!text) return kvq_tool_die(P, "%s: out of memory for %ld bytes", file, len);
+    if (fread(text, 1, (size_t)len, f) != (size_t)len)
+        return kvq_tool_die(P, "%s: cannot read: %s", file, ferror(f) ? strerror(errno) : "file shrank while reading");
     fclose(f);
     text[len] = 0;
 
@@ -122,10 +127,14 @@ int main(int argc, char **argv) {
     mp.backend = backend;
     mp.device = device;
     kvq_model *m;
-    if (kvq_model_load(model, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+    if (kvq_model_load(model, &mp, &m) != KVQ_OK) {
+        free(text);
+        return kvq_tool_die(P, "%s", kvq_last_error());
+    }
     kvq_tool_report_backend(P, m);
     const kvq_tokenizer *tok = kvq_model_tokenizer(m);
     int n_tok = kvq_tokenize(tok, text, (size_t)len, 0, NULL, 0);
+    if (n_tok == 0) return kvq_tool_die(P, "%s: no tokens in the text (only whitespace?)", file);
     int32_t *ids = n_tok > 0 ? malloc(sizeof *ids * (size_t)n_tok) : NULL;
     if (!ids || kvq_tokenize(tok, text, (size_t)len, 0, ids, n_tok) != n_tok)
         return kvq_tool_die(P, "%s: cannot tokenize: %s", file, kvq_last_error());

@@ -1,5 +1,6 @@
 /* kvq-tokenize: prints the token ids of a text (or, with --decode, each token
  * with the text it contributes). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@ static void usage(FILE *f) {
             "  -f FILE     read the text from FILE\n"
             "  --bos       prepend the BOS token when the tokenizer has one\n"
             "  --decode    print one line per token: id, then the text it adds (C-escaped)\n"
+            "  --version   print the version\n"
             "Prints the ids on one line, separated by spaces.\n");
 }
 
@@ -58,6 +60,7 @@ static int read_text(const char *path, char **out, size_t *len) {
 }
 
 int main(int argc, char **argv) {
+    if (kvq_tool_version(PROG, argc, argv)) return 0;
     const char *dir = NULL, *text = NULL, *file = NULL;
     int bos = 0, decode = 0;
     for (int i = 1; i < argc; i++) {
@@ -84,7 +87,7 @@ int main(int argc, char **argv) {
     char *buf = NULL;
     size_t len;
     if (file) {
-        if (read_text(file, &buf, &len)) return kvq_tool_die(PROG, "%s: cannot read", file);
+        if (read_text(file, &buf, &len)) return kvq_tool_die(PROG, "%s: cannot read: %s", file, strerror(errno));
         text = buf;
     } else {
         len = strlen(text);

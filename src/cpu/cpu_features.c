@@ -7,13 +7,22 @@
 
 static int g_isa = -1;
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+/* CPUID directly: clang's __builtin_cpu_supports does not know "f16c". */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 int kvq_cpu_isa_available(kvq_isa isa) {
     switch (isa) {
     case KVQ_ISA_SCALAR: return 1;
 #if defined(__x86_64__)
     case KVQ_ISA_AVX2:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case KVQ_ISA_AVX512:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

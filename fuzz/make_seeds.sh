@@ -1,0 +1,102 @@
+#!/bin/sh
+# Seed corpora for the fuzz targets, made from the demo model and ../shared fixtures.
+# usage: fuzz/make_seeds.sh OUTDIR SHARED_DIR [TARGET...]   (default: all targets)
+# Writes OUTDIR/<target>/*. Needs jq and perl; exits 77 (skip) without them.
+set -eu
+out=$1
+shared=$2
+shift 2
+targets=${*:-"safetensors st_index config tokenizer_load encode decode"}
+src=$(cd "$(dirname "$0")/.." && pwd)
+command -v jq >/dev/null && command -v perl >/dev/null || { echo "make_seeds: needs jq and perl" >&2; exit 77; }
+fx=$shared/fixtures
+
+models="$src/models/demo"
+for d in "$fx"/models/*; do [ -d "$d" ] && models="$models $d"; done
+toks="$fx/tokenizers/llama2 $fx/tokenizers/llama3 $fx/tokenizers/mistral $src/models/demo"
+
+# Small stand-in of a safetensors file: its first tensors with every dim cut to <= 3.
+shrink_st() { # FILE OUT
+    perl -e 'open F, "<", $ARGV[0] or die; binmode F; read F, $l, 8; $n = unpack "Q<", $l; read F, $h, $n; print $h' "$1" |
+        jq -c 'def sz: {"F32":4,"F16":2,"BF16":2,"I8":1,"I16":2,"I32":4,"I64":8,"F64":8,"U8":1}[.] // 1;
+          reduce (to_entries | map(select(.key != "__metadata__")) | .[:10])[] as $x ({off: 0, out: {"__metadata__": {"format": "pt"}}};
+            ($x.value.shape | map(if . > 3 then 3 else . end)) as $s
+            | (($s | reduce .[] as $d (1; . * $d)) * ($x.value.dtype | sz)) as $n
+            | .out[$x.key] = {dtype: $x.value.dtype, shape: $s, data_offsets: [.off, .off + $n]} | .off += $n)
+          | [.out, .off]' |
+        perl -e '$_ = <STDIN>; /^\[(.*),(\d+)\]$/ or die; ($h, $n) = ($1, $2); binmode STDOUT;
+                 print pack("Q<", length $h), $h, "\x01" x $n' >"$2"
+}
+
+# Tokenizer cut to ids < 600 (plus 4 added tokens) and the merges among them.
+shrink_tok() { # DIR
+    jq -c '(.model.vocab | with_entries(select(.value < 600))) as $kv
+        | .model.vocab = $kv
+        | .added_tokens = ((.added_tokens // [])[:4])
+        | .model.merges = ([(.model.merges // [])[] | select(
+              (if type == "string" then split(" ") else . end) as $p
+              | ($p | length) == 2 and $kv[$p[0]] != null and $kv[$p[1]] != null and $kv[$p[0] + $p[1]] != null)] | .[:400])' \
+        "$1/tokenizer.json"
+}
+
+for t in $targets; do
+    d=$out/$t
+    rm -rf "$d"
+    mkdir -p "$d"
+    i=0
+    case $t in
+    safetensors)
+        for m in $models; do
+            for f in "$m"/*.safetensors; do
+                [ -f "$f" ] || continue
+                i=$((i + 1))
+                shrink_st "$f" "$d/st$i"
+            done
+        done
+        printf '\010\0\0\0\0\0\0\0{}      ' >"$d/empty" ;;
+    st_index)
+        [ -f "$fx/models/llama3-tiny-aqlm-1x16g16/model.safetensors.index.json" ] &&
+            cp "$fx/models/llama3-tiny-aqlm-1x16g16/model.safetensors.index.json" "$d/llama3-tiny"
+        printf '%s' '{"metadata":{"total_size":56},"weight_map":{"model.embed_tokens.weight":"model-00001-of-00002.safetensors","model.norm.weight":"model-00001-of-00002.safetensors","lm_head.weight":"model-00002-of-00002.safetensors"}}' >"$d/good" ;;
+    config)
+        for m in $models; do
+            i=$((i + 1))
+            cp "$m/config.json" "$d/config$i"
+            jq -c 'del(.quantization_config)' "$m/config.json" >"$d/dense$i"
+        done ;;
+    tokenizer_load)
+        for k in $toks; do
+            [ -f "$k/tokenizer.json" ] || continue
+            i=$((i + 1))
+            { shrink_tok "$k"; printf '\0'; cat "$k/tokenizer_config.json" 2>/dev/null || true
+              if [ -f "$k/config.json" ]; then printf '\0'; cat "$k/config.json"; fi; } >"$d/tok$i"
+        done ;;
+    encode)
+        sel=0
+        for k in $toks; do
+            if [ -f "$k/expected.json" ]; then
+                jq -j '.[].text + "\u0000"' "$k/expected.json" |
+                    perl -e 'binmode STDOUT; $/ = "\0"; $i = 0; while (<STDIN>) { chomp; $i++;
+                             open O, ">", "$ARGV[0]/t$ARGV[1]_$i" or die; binmode O; print O chr(2 * $ARGV[1] + 1), $_; close O }' "$d" "$sel"
+            fi
+            sel=$((sel + 1))
+        done
+        if [ -f "$fx/text/brown-valid.txt" ]; then
+            perl -e 'binmode STDIN; local $/; $t = <STDIN>; for $i (0 .. 15) { open O, ">", "$ARGV[0]/brown$i" or die;
+                     binmode O; print O chr(($i % 4) * 2), substr($t, $i * 997, 300 + 40 * $i); close O }' "$d" <"$fx/text/brown-valid.txt"
+        fi ;;
+    decode)
+        sel=0
+        for k in $toks; do
+            if [ -f "$k/expected.json" ]; then
+                jq -r '.[] | .ids | map(tostring) | join(" ")' "$k/expected.json" |
+                    perl -e '$i = 0; while (<STDIN>) { @ids = split; $i++; for $s (0, 1) {
+                             open O, ">", "$ARGV[0]/d$ARGV[1]_${i}_$s" or die; binmode O;
+                             print O chr(2 * $ARGV[1] + $s), pack("l<*", @ids); close O } }' "$d" "$sel"
+            fi
+            sel=$((sel + 1))
+        done
+        perl -e 'binmode STDOUT; print chr(0), pack("l<*", -1, 0, 1, 2, 3, 2147483647, -2147483648, 31999, 32000, 128000, 128255)' >"$d/edge" ;;
+    *) echo "make_seeds: unknown target $t" >&2; exit 2 ;;
+    esac
+done
