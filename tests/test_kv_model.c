@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu_matmul_impl.h"
 #include "kvq.h"
 #include "testutil.h"
 
@@ -128,6 +129,11 @@ static void test_long_decode_matches_batch(void **s) {
     TU_NEED_FIXTURE(m);
     int32_t *tgt, *in = valid_tokens(m, &tgt);
     const int n = 700;
+    /* This checks the attention paths, so the matmuls are pinned to f32-exact
+     * kernels: the int16 lookup tables (decode) and AMX tiles (batches) differ
+     * by ~4e-5 / ~4e-6 per matmul, which q8/q4 rounding over 700 positions
+     * amplifies to ~1e-3 / ~3e-4 (their own bounds: tests/test_matmul.c). */
+    int vbmi = kvq_cpu_set_vbmi(1), amx = kvq_cpu_set_amx(0);
     const struct {
         kvq_cache_type k, v;
         double bound;
@@ -144,6 +150,8 @@ static void test_long_decode_matches_batch(void **s) {
         kvq_context_free(batch);
         kvq_context_free(one);
     }
+    kvq_cpu_set_vbmi(vbmi);
+    kvq_cpu_set_amx(amx);
     free(in);
     free(tgt);
     kvq_model_free(m);
