@@ -159,17 +159,56 @@ KVQ_API size_t kvq_kv_bytes_used(const kvq_context *c);
 
 typedef struct kvq_sampler kvq_sampler;
 
+/* The llama.cpp chain: repeat penalty, top-k, top-p, min-p, temperature, draw.
+ * Top-k/top-p select partially (no sort of the whole vocabulary). */
 typedef struct {
     float temp;   /* <= 0: greedy */
     int top_k;    /* <= 0: off */
     float top_p;  /* >= 1: off */
     uint64_t seed;
+    float min_p;          /* keep tokens with p >= min_p * p_max; <= 0: off */
+    float repeat_penalty; /* 1: off; > 1 divides positive / multiplies negative logits */
+    int repeat_last_n;    /* tokens of history the penalty looks at (0: off) */
 } kvq_sampler_params;
 
 KVQ_API kvq_sampler_params kvq_sampler_default_params(void);
 KVQ_API kvq_sampler *kvq_sampler_new(const kvq_sampler_params *p);
+/* Picks the next token; does not record it (call kvq_sampler_accept). */
 KVQ_API int32_t kvq_sample(kvq_sampler *s, const float *logits, int n_vocab);
+/* Records a token fed to the model (prompt or generated) for the repeat penalty. */
+KVQ_API void kvq_sampler_accept(kvq_sampler *s, int32_t id);
+/* Forgets the recorded history (the random state keeps going). */
+KVQ_API void kvq_sampler_reset(kvq_sampler *s);
 KVQ_API void kvq_sampler_free(kvq_sampler *s);
+
+/* ---- chat templates ------------------------------------------------------ */
+
+/* The HF chat template of a model, for the families kvq renders: "llama2"
+ * ([INST] with <<SYS>>), "llama3" (header tokens; 3.1/3.2 system header with
+ * dates), "mistral" ([INST]; a system message opens the first user turn),
+ * "chatml", "phi3", "gemma", "command-r", and "none" (no template: the messages
+ * as running text, each user message on a new line). */
+typedef struct kvq_chat_template kvq_chat_template;
+
+typedef struct {
+    const char *role; /* "system", "user", "assistant" */
+    const char *content;
+} kvq_chat_msg;
+
+/* Family name for a Jinja template text ("none" for NULL), or NULL when not recognized. */
+KVQ_API const char *kvq_chat_template_detect(const char *template_text);
+/* Reads chat_template, bos_token and eos_token from dir/tokenizer_config.json
+ * (or dir/chat_template.jinja). name (a family name) overrides the template's
+ * family; NULL recognizes it from the text, "none" when there is no template. */
+KVQ_API kvq_status kvq_chat_template_load(const char *dir, const char *name, kvq_chat_template **out);
+KVQ_API const char *kvq_chat_template_name(const kvq_chat_template *t);
+/* Renders the conversation as HF apply_chat_template(tokenize=False) does,
+ * BOS included as text: tokenize the result without add_bos. Writes at most
+ * size-1 bytes plus a NUL; returns the full length, or -1 on error (e.g. roles
+ * that the template rejects). */
+KVQ_API int kvq_chat_render(const kvq_chat_template *t, const kvq_chat_msg *msgs, int n, int add_generation_prompt, char *out,
+                    size_t size);
+KVQ_API void kvq_chat_template_free(kvq_chat_template *t);
 
 #ifdef __cplusplus
 }

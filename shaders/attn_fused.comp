@@ -12,9 +12,12 @@
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint HD = 128; // head_dim, multiple of 32
 layout(constant_id = 1) const uint R = 8;    // query rows per workgroup
+layout(constant_id = 2) const uint TK = 0;   // K and V cache types (kv_format.glsl T_*): one pipeline per
+layout(constant_id = 3) const uint TV = 0;   // pair, so only that pair's loads are compiled
 
-const uint BP = 32u;              // positions per block
-const uint RPT = (R + 1u) / 2u;   // q.k rows per invocation (two row groups of BP invocations)
+const uint RG = R == 1u ? 1u : 2u; // row groups in the q.k phase (one row: all 64 on positions)
+const uint BP = 64u / RG;          // positions per block (vk_kv.c attn_bp)
+const uint RPT = (R + RG - 1u) / RG; // q.k rows per invocation
 const uint DPT = (HD + 63u) / 64u; // output dims per invocation
 const float NEG = -3.0e38;        // "no position yet" max; finite, so exp(NEG - m) = 0 without NaNs
 
@@ -25,7 +28,7 @@ layout(std430, binding = 3) writeonly buffer Part { float part[]; };
 
 layout(push_constant) uniform PC {
     uint n, pos0, n_ctx, n_head, n_rep, window;
-    uint type_k, type_v, rot_k;
+    uint rot_k;
     uint kbase, vbase, krow_words, vrow_words;
     uint blk_per_split; // blocks of BP positions per split (z)
     uint ml_off;        // word offset of the (max, sum) pairs in part
@@ -36,6 +39,8 @@ layout(push_constant) uniform PC {
 shared float qs[R * HD];
 shared float ss[R * BP]; // scores, then softmax weights
 shared float fs[R];      // rescale factor of each row's accumulator for this block
+shared float mx[R];      // each row's running max
+shared uint vlo[R], vhi[R]; // each row's visible positions in this block (vlo > vhi: none)
 
 uint lo_of(uint i) { // first position query i sees
     const uint p = pc.pos0 + i;
@@ -103,22 +108,22 @@ void main() {
             for (uint k = 0u; k < RPT; k++) s[k] = 0.0;
             if (pos >= lo_t && pos <= hi_t) {
                 const uint kw = kg + pos * pc.krow_words;
-                if (pc.type_k == T_F32) {
+                if (TK == T_F32) {
                     for (uint d = 0u; d < HD; d++) {
                         const float kv = uintBitsToFloat(kc[kw + d]);
                         for (uint k = 0u; k < RPT; k++)
-                            if (rg + 2u * k < R) s[k] += qs[(rg + 2u * k) * HD + d] * kv;
+                            if (rg + RG * k < R) s[k] += qs[(rg + RG * k) * HD + d] * kv;
                     }
-                } else if (pc.type_k == T_F16) {
+                } else if (TK == T_F16) {
                     for (uint d = 0u; d < HD; d += 2u) {
                         const vec2 kv = unpackHalf2x16(kc[kw + d / 2u]);
                         for (uint k = 0u; k < RPT; k++)
-                            if (rg + 2u * k < R) {
-                                const uint o = (rg + 2u * k) * HD + d;
+                            if (rg + RG * k < R) {
+                                const uint o = (rg + RG * k) * HD + d;
                                 s[k] += qs[o] * kv.x + qs[o + 1u] * kv.y;
                             }
                     }
-                } else if (pc.type_k == T_Q8) {
+                } else if (TK == T_Q8) {
                     for (uint b = 0u; b < HD / QK; b++) {
                         const uint by = kw * 4u + b * Q8_BYTES;
                         const float dk = unpackHalf2x16(KV_U16(kc, by)).x;
@@ -129,8 +134,8 @@ void main() {
                             const vec4 kv = vec4(bitfieldExtract(x, 0, 8), bitfieldExtract(x, 8, 8),
                                                  bitfieldExtract(x, 16, 8), bitfieldExtract(x, 24, 8));
                             for (uint k = 0u; k < RPT; k++)
-                                if (rg + 2u * k < R) {
-                                    const uint o = (rg + 2u * k) * HD + b * QK + 4u * w;
+                                if (rg + RG * k < R) {
+                                    const uint o = (rg + RG * k) * HD + b * QK + 4u * w;
                                     t[k] += dot(vec4(qs[o], qs[o + 1u], qs[o + 2u], qs[o + 3u]), kv);
                                 }
                         }
@@ -149,8 +154,8 @@ void main() {
                             const vec4 hi = vec4(bitfieldExtract(x, 4, 4), bitfieldExtract(x, 12, 4),
                                                  bitfieldExtract(x, 20, 4), bitfieldExtract(x, 28, 4)) - 8.0;
                             for (uint k = 0u; k < RPT; k++)
-                                if (rg + 2u * k < R) {
-                                    const uint o = (rg + 2u * k) * HD + b * QK + 4u * w;
+                                if (rg + RG * k < R) {
+                                    const uint o = (rg + RG * k) * HD + b * QK + 4u * w;
                                     t[k] += dot(vec4(qs[o], qs[o + 1u], qs[o + 2u], qs[o + 3u]), lo) +
                                             dot(vec4(qs[o + 16u], qs[o + 17u], qs[o + 18u], qs[o + 19u]), hi);
                                 }
@@ -160,10 +165,10 @@ void main() {
                 }
             }
             for (uint k = 0u; k < RPT; k++)
-                if (rg + 2u * k < R) ss[(rg + 2u * k) * BP + p] = s[k];
+                if (rg + RG * k < R) ss[(rg + RG * k) * BP + p] = s[k];
         }
         barrier();
-        // ---- online softmax, one invocation per row ----
+        // ---- online softmax: new max per row, then the weights in parallel ----
         if (tid < R) {
             float f = 1.0;
             const uint x0 = tid < nr ? max(row_lo, p0) : 1u, x1 = tid < nr ? min(row_hi, p0 + BP - 1u) : 0u;
@@ -172,21 +177,22 @@ void main() {
                 for (uint x = x0; x <= x1; x++) bm = max(bm, ss[tid * BP + x - p0]);
                 const float mn = max(m, bm);
                 f = exp(m - mn);
-                float sum = 0.0;
-                for (uint x = 0u; x < BP; x++) {
-                    const uint pos = p0 + x;
-                    const float w = pos >= x0 && pos <= x1 ? exp(ss[tid * BP + x] - mn) : 0.0;
-                    ss[tid * BP + x] = w;
-                    sum += w;
-                }
-                l = l * f + sum;
+                l *= f;
                 m = mn;
-            } else {
-                for (uint x = 0u; x < BP; x++) ss[tid * BP + x] = 0.0;
             }
             fs[tid] = f;
+            mx[tid] = m;
+            vlo[tid] = x0;
+            vhi[tid] = x1;
         }
         barrier();
+        for (uint x = tid; x < R * BP; x += 64u) {
+            const uint r = x / BP, pos = p0 + x % BP;
+            ss[x] = pos >= vlo[r] && pos <= vhi[r] ? exp(ss[x] - mx[r]) : 0.0;
+        }
+        barrier();
+        if (tid < R)
+            for (uint x = 0u; x < BP; x++) l += ss[tid * BP + x];
         // ---- acc = acc * f + weights . V, invocation = output dims tid, tid+64, ... ----
         for (uint r = 0u; r < R; r++) {
             const float f = fs[r];
@@ -199,12 +205,12 @@ void main() {
                 const uint d = tid + 64u * k;
                 if (d >= HD) break;
                 float v;
-                if (pc.type_v == T_F32) {
+                if (TV == T_F32) {
                     v = uintBitsToFloat(vc[vw + d]);
-                } else if (pc.type_v == T_F16) {
+                } else if (TV == T_F16) {
                     const vec2 h2 = unpackHalf2x16(vc[vw + d / 2u]);
                     v = (d & 1u) != 0u ? h2.y : h2.x;
-                } else if (pc.type_v == T_Q8) {
+                } else if (TV == T_Q8) {
                     const uint by = vw * 4u + (d / QK) * Q8_BYTES;
                     v = float(KV_I8(vc, by + 2u + d % QK)) * unpackHalf2x16(KV_U16(vc, by)).x;
                 } else {

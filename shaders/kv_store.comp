@@ -1,5 +1,5 @@
 #version 450
-// kv_store: one workgroup per (token, KV head) row of K (z = 0) or V (z = 1):
+// kv_store: one workgroup per (KV head x, token y) row of K (z = 0) or V (z = 1):
 // optional orthonormal Walsh-Hadamard rotation of the whole head vector, then
 // the row in f32/f16/q8/q4 with the same bytes as kvq_ref_kv_store_row. Rows
 // are padded to whole words, so each workgroup writes only its own words.
@@ -15,11 +15,12 @@ layout(std430, binding = 2) writeonly buffer KC { uint kc[]; };
 layout(std430, binding = 3) writeonly buffer VC { uint vc[]; };
 
 layout(push_constant) uniform PC {
-    uint n_head_kv, n_ctx, pos0;
+    uint n_head_kv, n_ctx, pos0; // pos0: position of token 0 of this dispatch
     uint type_k, type_v, rot_k, rot_v;
     uint kbase, vbase;           // word offset of this layer in the bound buffers
     uint krow_words, vrow_words; // padded row sizes
     float hscale;                // 1/sqrtf(HD), computed on the host as the reference does
+    uint t0;                     // first source token of this dispatch
 } pc;
 
 shared float xs[HD];
@@ -35,7 +36,8 @@ void put(bool isv, uint w, uint x) {
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
-    const uint src = gl_WorkGroupID.x; // token * n_head_kv + head
+    const uint t = gl_WorkGroupID.y, h = gl_WorkGroupID.x;
+    const uint src = (pc.t0 + t) * pc.n_head_kv + h; // row of the source activations
     const bool isv = gl_WorkGroupID.z == 1u;
     const uint typ = isv ? pc.type_v : pc.type_k;
     const bool rot = (isv ? pc.rot_v : pc.rot_k) != 0u;
@@ -61,7 +63,6 @@ void main() {
         barrier();
     }
 
-    const uint t = src / pc.n_head_kv, h = src % pc.n_head_kv;
     const uint rw = isv ? pc.vrow_words : pc.krow_words;
     const uint base = (isv ? pc.vbase : pc.kbase) + (h * pc.n_ctx + pc.pos0 + t) * rw;
 

@@ -52,6 +52,9 @@ typedef struct {
 
 typedef struct kvq_backend {
     const char *name; /* "cpu", "vulkan" */
+    /* 1: weights may stay references into the checkpoint mapping (the model keeps it mapped);
+     * 0: weight_upload copies everything, so the model unmaps the checkpoint after loading. */
+    int weights_in_place;
 
     /* ---- lifecycle ---- */
     /* Creates an instance; fails (with kvq_fail, one line naming the reason:

@@ -41,10 +41,9 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
     const kvq_model_params *p = params ? params : &dp;
     kvq_model *m = calloc(1, sizeof *m);
     if (!m) return kvq_fail(KVQ_ERR_NOMEM, "out of memory");
-    kvq_st st = {0};
     kvq_status s;
     if ((s = kvq_hparams_load(dir, &m->hp)) || (s = kvq_tokenizer_load(dir, &m->tok)) ||
-        (s = kvq_st_open_dir(&st, dir)) || (s = pick_backend(m, p)) || (s = kvq_model_load_weights(m, dir, &st)))
+        (s = kvq_st_open_dir(&m->st, dir)) || (s = pick_backend(m, p)) || (s = kvq_model_load_weights(m, dir, &m->st)))
         goto fail;
     int half = m->hp.head_dim / 2;
     m->rope_freqs = malloc(sizeof(float) * (size_t)half);
@@ -53,7 +52,7 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
         goto fail;
     }
     kvq_hparams_rope_freqs(&m->hp, m->rope_freqs);
-    kvq_st_close(&st); /* the backend holds its own copies now */
+    if (!m->be->weights_in_place) kvq_st_close(&m->st); /* the backend holds its own copies */
     const kvq_hparams *hp = &m->hp;
     snprintf(m->desc, sizeof m->desc, "%s, %d layers, hidden %d, heads %d/%d x %d, vocab %d, %s, %.1f MiB of weights",
              hp->arch, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_vocab,
@@ -63,7 +62,6 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
     *out = m;
     return KVQ_OK;
 fail:
-    kvq_st_close(&st);
     kvq_model_free(m);
     return s;
 }
@@ -84,6 +82,7 @@ void kvq_model_free(kvq_model *m) {
         be->weight_free(m->bctx, m->out_norm);
         be->release(m->bctx);
     }
+    kvq_st_close(&m->st); /* after the backend: its weights may point into the mapping */
     free(m->layers);
     free(m->rope_freqs);
     kvq_tokenizer_free(m->tok);

@@ -23,6 +23,7 @@ struct kvq_model {
     float *rope_freqs; /* head_dim/2 inverse frequencies (host) */
     size_t weight_bytes; /* all uploaded weights */
     size_t embed_bytes;  /* of which the embedding table */
+    kvq_st st;           /* the checkpoint, mapped for the model's lifetime: weights may be used in place */
     char desc[256];
     char backend_note[512]; /* why auto selection passed over a backend ("" if it did not) */
 };

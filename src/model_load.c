@@ -69,6 +69,7 @@ static kvq_status dense_desc(const loader *L, const char *name, int rows, int co
     }
     d->cols = cols;
     d->data = t->data;
+    d->in_mapping = 1;
     return KVQ_OK;
 }
 
@@ -147,6 +148,7 @@ static kvq_status linear_desc(const loader *L, const char *prefix, int rows, int
         d->codebooks = cb->data;
         d->scales = sc->data;
         d->name = codes->name;
+        d->in_mapping = 1;
     }
     snprintf(name, sizeof name, "%s.bias", prefix);
     const kvq_st_tensor *b = kvq_st_find(L->st, name);

@@ -37,6 +37,11 @@ typedef struct {
     kvq_wformat bias_fmt;
 
     const char *name; /* checkpoint name, for messages */
+
+    /* 1: the pointers are into a read-only file mapping (the checkpoint), so a
+     * backend that made its own copy of a tensor may drop the mapping's pages
+     * (madvise); 0: plain memory, which must not be touched that way. */
+    int in_mapping;
 } kvq_weight_desc;
 
 /* Code value for (row o, group g, codebook m), already reduced mod 2^nbits. */

@@ -188,7 +188,8 @@ static void test_type_pairs(void **state) {
     for (int bi = 0; bi < g_n; bi++)
         for (int p = 0; p < 32; p++) {
             const int rot = p / 16;
-            attn_case c = {.hd = 64, .n_kv = 2, .n_rep = 4, .n_ctx = 64, .tk = TYPES[p % 16 / 4], .tv = TYPES[p % 4],
+            /* 16 heads per KV head: decode and prompt tiles both take 16 rows, one pipeline per pair on Vulkan */
+            attn_case c = {.hd = 64, .n_kv = 2, .n_rep = 16, .n_ctx = 64, .tk = TYPES[p % 16 / 4], .tv = TYPES[p % 4],
                            .rk = rot, .rv = rot, .n_steps = 3,
                            .steps = {{0, 37, 37}, {37, 6, 6}, {43, 1, 1}}};
             run_case(&g_bk[bi], &c, 100 + (uint64_t)p);
@@ -340,6 +341,48 @@ static void test_split_buffers(void **state) {
     assert_non_null(strstr(kvq_last_error(), "limit"));
     be->release(b);
 }
+
+/* Out of device memory part way through kv_new (KVQ_VK_MEMORY_LIMIT): NULL with one line, and
+ * what it had allocated is given back (a cache that fits the limit still allocates after it). */
+static void test_cache_out_of_memory(void **state) {
+    (void)state;
+    const kvq_backend *be = kvq_backend_find("vulkan");
+    if (!be) skip();
+    setenv("KVQ_VK_MAX_BUFFER", "40000", 1);
+    setenv("KVQ_VK_MEMORY_LIMIT", "100000", 1);
+    kvq_bctx *b = start(be);
+    unsetenv("KVQ_VK_MAX_BUFFER");
+    unsetenv("KVQ_VK_MEMORY_LIMIT");
+    if (!b) skip();
+    /* K q8: 2 x 256 x 68 = 34816 bytes per layer, one buffer per layer: the third one fails */
+    kvq_kv_desc d = {.n_layer = 4, .n_ctx = 256, .n_head_kv = 2, .head_dim = 64, .type_k = KVQ_CACHE_Q8,
+                     .type_v = KVQ_CACHE_Q8};
+    for (int rep = 0; rep < 3; rep++) {
+        assert_null(be->kv_new(b, &d));
+        print_message("%s\n", kvq_last_error());
+        assert_non_null(strstr(kvq_last_error(), "out of device memory"));
+    }
+    d.n_layer = 1; /* 69632 bytes: fits only if the failed attempts gave theirs back */
+    kvq_kvbuf *kv = be->kv_new(b, &d);
+    assert_non_null(kv);
+    be->kv_free(b, kv);
+    be->release(b);
+}
+
+/* A cache larger than the device's memory fails in kv_new with one line, before allocating. */
+static void test_cache_too_big(void **state) {
+    (void)state;
+    const kvq_backend *be = kvq_backend_find("vulkan");
+    if (!be) skip();
+    kvq_bctx *b = start(be);
+    if (!b) skip();
+    const kvq_kv_desc huge = {.n_layer = 1 << 20, .n_ctx = 4096, .n_head_kv = 8, .head_dim = 128,
+                              .type_k = KVQ_CACHE_F32, .type_v = KVQ_CACHE_F32}; /* 32 TiB */
+    assert_null(be->kv_new(b, &huge));
+    print_message("%s\n", kvq_last_error());
+    assert_non_null(strstr(kvq_last_error(), "memory"));
+    be->release(b);
+}
 #endif
 
 int main(void) {
@@ -352,6 +395,8 @@ int main(void) {
 #ifdef KVQ_HAVE_VULKAN
         cmocka_unit_test(test_store_bytes),
         cmocka_unit_test(test_split_buffers),
+        cmocka_unit_test(test_cache_out_of_memory),
+        cmocka_unit_test(test_cache_too_big),
 #endif
     };
     return cmocka_run_group_tests(tests, setup, teardown);

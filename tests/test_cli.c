@@ -68,13 +68,21 @@ static void check_chat_model(const char *model, int check_text) {
         snprintf(cmd, sizeof cmd, "kvq-chat -m %s/%s -p %s -n 24 --temp 0 -ctk f32 -ctv f32 --verbose-prompt", dir, model, shq(prompt, q, sizeof q));
         char *out = run_tool(cmd, &st);
         assert_int_equal(st, 0);
-        snprintf(want, sizeof want, "%s\n", cJSON_GetObjectItem(ref, "greedy_text")->valuestring);
+        /* the prompt, then the continuation with its leading space intact */
+        snprintf(want, sizeof want, "%s %s\n", prompt, cJSON_GetObjectItem(ref, "greedy_text")->valuestring);
         if (strcmp(out, want) != 0) fail_msg("%s: printed '%s', want '%s'", model, out, want);
         free(out);
         char ids[2048];
         ids_str(cJSON_GetObjectItem(ref, "prompt_ids"), 0, ids, sizeof ids);
         if (!strstr(g_stderr, ids)) fail_msg("%s: prompt ids '%s' not in stderr '%s'", model, ids, g_stderr);
         if (!strstr(g_stderr, "KV cache")) fail_msg("%s: no KV cache stats on stderr", model);
+        /* --no-display-prompt: the continuation alone, as HF decodes the generated ids */
+        snprintf(cmd, sizeof cmd, "kvq-chat -m %s/%s -p %s -n 24 --temp 0 -ctk f32 -ctv f32 --no-display-prompt", dir, model, shq(prompt, q, sizeof q));
+        char *out2 = run_tool(cmd, &st);
+        assert_int_equal(st, 0);
+        snprintf(want, sizeof want, "%s\n", cJSON_GetObjectItem(ref, "greedy_text")->valuestring);
+        if (strcmp(out2, want) != 0) fail_msg("%s --no-display-prompt: printed '%s', want '%s'", model, out2, want);
+        free(out2);
     }
     /* ids output */
     snprintf(cmd, sizeof cmd, "kvq-chat -m %s/%s -p %s -n 24 --temp 0 -ctk f32 -ctv f32 --ids", dir, model, shq(prompt, q, sizeof q));
@@ -123,7 +131,8 @@ static void test_demo_default(void **state) {
     int st;
     char *out = run_tool("kvq-chat -p 'The jury said' -n 8 --temp 0", &st);
     if (st != 0) fail_msg("demo run failed: %s", g_stderr);
-    assert_true(strlen(out) > 8);
+    assert_true(strlen(out) > 8 + strlen("The jury said"));
+    assert_true(!strncmp(out, "The jury said", 13));
     free(out);
 }
 

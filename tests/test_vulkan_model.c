@@ -31,26 +31,6 @@ static kvq_model *load(const char *dir, const char *backend) {
     return m;
 }
 
-/* BOS + the first CTX-1 tokens of brown-valid.txt; *tgt gets the CTX targets. */
-static int32_t *valid_tokens(kvq_model *m, int32_t **tgt) {
-    const char *p = tu_fixture("text/brown-valid.txt");
-    assert_non_null(p);
-    size_t len;
-    char *text = tu_read_file(p, &len);
-    if (len > 32 * 1024) len = 32 * 1024;
-    const kvq_tokenizer *tok = kvq_model_tokenizer(m);
-    int n = kvq_tokenize(tok, text, len, 0, NULL, 0);
-    assert_true(n > CTX);
-    int32_t *all = malloc(sizeof *all * (size_t)n);
-    kvq_tokenize(tok, text, len, 0, all, n);
-    free(text);
-    int32_t *in = malloc(sizeof *in * CTX);
-    in[0] = kvq_token_bos(tok);
-    memcpy(in + 1, all, sizeof *in * (CTX - 1));
-    *tgt = all;
-    return in;
-}
-
 /* Perplexity of the CTX predictions, prompt evaluated in batches of n_batch. */
 static double ppl(kvq_model *m, const int32_t *in, const int32_t *tgt, kvq_cache_type tk, kvq_cache_type tv, int n_batch) {
     kvq_context_params p = kvq_context_default_params();
@@ -66,13 +46,7 @@ static double ppl(kvq_model *m, const int32_t *in, const int32_t *tgt, kvq_cache
     for (int done = 0; done < CTX; done += n_batch) {
         int nb = CTX - done < n_batch ? CTX - done : n_batch;
         if (kvq_eval(c, in + done, nb) != KVQ_OK) fail_msg("%s", kvq_last_error());
-        for (int i = 0; i < nb; i++) {
-            const float *row = kvq_logits_row(c, i);
-            double mx = row[0], s = 0;
-            for (int j = 1; j < nv; j++) mx = row[j] > mx ? row[j] : mx;
-            for (int j = 0; j < nv; j++) s += exp(row[j] - mx);
-            nll += mx + log(s) - row[tgt[done + i]];
-        }
+        for (int i = 0; i < nb; i++) nll += tu_nll(kvq_logits_row(c, i), nv, tgt[done + i]);
     }
     kvq_context_free(c);
     return exp(nll / CTX);
@@ -91,7 +65,7 @@ static void check_ppl_vs_cpu(const char *name) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", d);
     kvq_model *cpu = load(dir, "cpu"), *vk = load(dir, "vulkan");
-    int32_t *tgt, *in = valid_tokens(cpu, &tgt);
+    int32_t *tgt, *in = tu_valid_tokens(kvq_model_tokenizer(cpu), CTX, &tgt);
     static const kvq_cache_type pairs[][2] = {
         {KVQ_CACHE_F16, KVQ_CACHE_F16}, {KVQ_CACHE_Q8, KVQ_CACHE_Q8}, {KVQ_CACHE_Q4, KVQ_CACHE_Q4}, {KVQ_CACHE_Q8, KVQ_CACHE_Q4}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {

@@ -1,6 +1,7 @@
 #include "testutil.h"
 
 #include "backend.h"
+#include "kvq.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -99,4 +100,31 @@ kvq_bctx *tu_backend_start(int i, const kvq_backend **be) {
     }
     printf("[ BACKEND  ] %s\n", (*be)->describe(b));
     return b;
+}
+
+int32_t *tu_valid_tokens(const kvq_tokenizer *tok, int ctx, int32_t **targets) {
+    const char *p = tu_fixture("text/brown-valid.txt");
+    assert_non_null(p);
+    size_t len;
+    char *text = tu_read_file(p, &len);
+    if (len > (size_t)ctx * 64) len = (size_t)ctx * 64; /* plenty of text for ctx tokens */
+    int n = kvq_tokenize(tok, text, len, 0, NULL, 0);
+    assert_true(n > ctx);
+    int32_t *all = malloc(sizeof *all * (size_t)n);
+    assert_non_null(all);
+    kvq_tokenize(tok, text, len, 0, all, n);
+    free(text);
+    int32_t *in = malloc(sizeof *in * (size_t)ctx);
+    assert_non_null(in);
+    in[0] = kvq_token_bos(tok);
+    memcpy(in + 1, all, sizeof *in * (size_t)(ctx - 1));
+    *targets = all;
+    return in;
+}
+
+double tu_nll(const float *row, int n, int target) {
+    double mx = row[0], s = 0;
+    for (int j = 1; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+    for (int j = 0; j < n; j++) s += exp(row[j] - mx);
+    return mx + log(s) - row[target];
 }

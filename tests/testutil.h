@@ -34,6 +34,12 @@ char *tu_run(const char *cmd, int *status);
 struct kvq_backend;
 struct kvq_bctx;
 struct kvq_bctx *tu_backend_start(int i, const struct kvq_backend **be);
+/* BOS + the first ctx-1 tokens of brown-valid.txt (no BOS inside), malloc'd; *targets
+ * (malloc'd) gets the ctx next-token targets. Needs the fixture (callers check first). */
+struct kvq_tokenizer;
+int32_t *tu_valid_tokens(const struct kvq_tokenizer *tok, int ctx, int32_t **targets);
+/* -log softmax(row)[target] over n logits, in double. */
+double tu_nll(const float *row, int n, int target);
 /* Temp directory unique to this process (created once). */
 const char *tu_tmpdir(void);
 

@@ -4,8 +4,9 @@
  *
  * Bandwidth comes from kvq_bench_mem_bw_gbs (bench_common.c, shared with the
  * other subcommands). Each AQLM shape is uploaded in enough copies to span
- * --mb megabytes (256) and the copies are cycled, so the GEMV is not a cache
- * benchmark either. */
+ * --mb megabytes (1024) and the copies are cycled, so the GEMV is not a cache
+ * benchmark either. Every copy has its own codes: 16-bit codes are used in
+ * place, so copies sharing one buffer would share the memory too. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,26 +39,31 @@ typedef struct {
 static int bench_format(int rows, int cols, int M, int nbits, size_t min_bytes, int nt, result *res) {
     int ig = 8, G = cols / ig, cbytes = nbits > 8 ? 2 : 1;
     size_t n_codes = (size_t)rows * G * M, K = (size_t)1 << nbits;
-    uint8_t *codes = malloc(n_codes * cbytes);
     uint16_t *cb = malloc(M * K * ig * sizeof *cb), *scales = malloc((size_t)rows * sizeof *scales);
     float *x = malloc((size_t)cols * sizeof *x), *y = malloc((size_t)rows * sizeof *y);
-    if (!codes || !cb || !scales || !x || !y) return kvq_tool_die(PROG, "out of memory");
-    for (size_t i = 0; i < n_codes * cbytes; i++) codes[i] = (uint8_t)rnd();
+    if (!cb || !scales || !x || !y) return kvq_tool_die(PROG, "out of memory");
     for (size_t i = 0; i < M * K * ig; i++) cb[i] = kvq_f32_to_f16(rndf() * 0.1f);
     for (int o = 0; o < rows; o++) scales[o] = kvq_f32_to_f16(0.5f + rndf() * 0.25f);
     for (int k = 0; k < cols; k++) x[k] = rndf();
     kvq_weight_desc d = {.fmt = KVQ_W_AQLM, .rows = rows, .cols = cols, .n_codebooks = M, .nbits = nbits,
-                         .in_group = ig, .code_bytes = cbytes, .codes = codes, .codebooks = cb, .scales = scales,
-                         .name = "bench.aqlm"};
+                         .in_group = ig, .code_bytes = cbytes, .codebooks = cb, .scales = scales, .name = "bench.aqlm"};
 
     /* What one GEMV must stream: codes plus (f32) scales. Codebooks are not
      * counted (2x8: 16 KB; 1x16: 1 MB fp16, which does come from memory too). */
     double bytes = (double)n_codes * cbytes + (double)rows * sizeof(float);
     int copies = (int)((double)min_bytes / bytes) + 1;
     kvq_cpu_weight **w = calloc((size_t)copies, sizeof *w);
-    if (!w) return kvq_tool_die(PROG, "out of memory");
-    for (int i = 0; i < copies; i++)
+    uint8_t **codes = calloc((size_t)copies, sizeof *codes);
+    if (!w || !codes) return kvq_tool_die(PROG, "out of memory");
+    for (int i = 0; i < copies; i++) {
+        if (!(codes[i] = kvq_alloc_aligned(n_codes * cbytes))) return kvq_tool_die(PROG, "out of memory");
+        for (size_t j = 0; j < n_codes * cbytes; j += 4) { /* n_codes is a multiple of 4: rows x (cols/8), cols % 32 == 0 */
+            uint32_t r = rnd();
+            memcpy(codes[i] + j, &r, 4);
+        }
+        d.codes = codes[i];
         if (!(w[i] = kvq_cpu_weight_new(&d))) return kvq_tool_die(PROG, "%s", kvq_last_error());
+    }
 
     for (int i = 0; i < copies; i++) kvq_cpu_matmul(w[i], x, y, 1, nt); /* warm-up: page in, fill scratch */
     /* Best pass over all copies: the machine may be shared, and a descheduled
@@ -75,7 +81,7 @@ static int bench_format(int rows, int cols, int M, int nbits, size_t min_bytes, 
     res->bytes = bytes;
     res->gbs = bytes / best / 1e9;
 
-    for (int i = 0; i < copies; i++) kvq_cpu_weight_free(w[i]);
+    for (int i = 0; i < copies; i++) kvq_cpu_weight_free(w[i]), kvq_free_aligned(codes[i]);
     free(w);
     free(codes);
     free(cb);
@@ -86,24 +92,28 @@ static int bench_format(int rows, int cols, int M, int nbits, size_t min_bytes, 
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench aqlm [-t THREADS] [--rows R --cols C] [--mb MB] [--no-vbmi]\n"
-               "  default shapes: 4096x4096 and 11008x4096 (Llama-2-7B); MB: weight copies cycled per shape (256)\n"
-               "  KVQ_ISA=scalar|avx2|avx512 caps the kernels; --no-vbmi skips the AVX-512 VBMI lookups\n");
+    fprintf(f, "usage: kvq-bench aqlm [-t THREADS] [--rows R --cols C] [--mb MB] [--no-vbmi] [--f32-lut]\n"
+               "  default shapes: 4096x4096, 11008x4096 (Llama-2-7B), 4096x14336, 14336x4096 (Llama-3-8B); MB: weight copies cycled per shape (1024: past any LLC)\n"
+               "  KVQ_ISA=scalar|avx2|avx512 caps the kernels; --no-vbmi skips the AVX-512 VBMI lookups,\n"
+               "  --f32-lut uses them with f32 tables instead of int16 tables\n");
 }
 
 int kvq_bench_aqlm(int argc, char **argv) {
-    long nt = omp_get_max_threads(), rows = 0, cols = 0, mb = 256;
-    int no_vbmi = 0;
+    long nt = omp_get_max_threads(), rows = 0, cols = 0, mb = 1024;
+    int no_vbmi = 0, f32_lut = 0;
     /* argv[0] is the subcommand ("aqlm"); options follow. */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long *dst = NULL, lo = 1, hi = 1 << 20;
         if (!strcmp(a, "-t") || !strcmp(a, "--threads")) dst = &nt, hi = 1024;
         else if (!strcmp(a, "--rows")) dst = &rows;
-        else if (!strcmp(a, "--cols")) dst = &cols, lo = 8;
+        else if (!strcmp(a, "--cols")) dst = &cols, lo = 32;
         else if (!strcmp(a, "--mb")) dst = &mb, hi = 1 << 16;
         else if (!strcmp(a, "--no-vbmi")) {
             no_vbmi = 1;
+            continue;
+        } else if (!strcmp(a, "--f32-lut")) {
+            f32_lut = 1;
             continue;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
@@ -116,21 +126,22 @@ int kvq_bench_aqlm(int argc, char **argv) {
             return kvq_tool_die(PROG, "%s needs a number in %ld..%ld", a, lo, hi);
     }
     if ((rows == 0) != (cols == 0)) return kvq_tool_die(PROG, "give both --rows and --cols");
-    if (cols % 8) return kvq_tool_die(PROG, "--cols must be a multiple of 8");
+    if (cols % 32) return kvq_tool_die(PROG, "--cols must be a multiple of 32");
 
-    int shapes[2][2] = {{4096, 4096}, {11008, 4096}}, n_shapes = 2;
+    int shapes[4][2] = {{4096, 4096}, {11008, 4096}, {4096, 14336}, {14336, 4096}}, n_shapes = 4;
     if (rows) shapes[0][0] = (int)rows, shapes[0][1] = (int)cols, n_shapes = 1;
 
-    int vbmi = kvq_cpu_isa() == KVQ_ISA_AVX512 && kvq_cpu_has_vbmi() && !no_vbmi;
-    kvq_cpu_set_vbmi(!no_vbmi);
-    printf("threads %ld, isa %s%s\n", nt, kvq_isa_name(kvq_cpu_isa()), vbmi ? "+vbmi" : "");
+    int vbmi = kvq_cpu_isa() == KVQ_ISA_AVX512 && kvq_cpu_has_vbmi() && !no_vbmi ? (f32_lut ? 1 : 2) : 0;
+    if (no_vbmi) kvq_cpu_set_vbmi(0);
+    else if (f32_lut) kvq_cpu_set_vbmi(1);
+    printf("threads %ld, isa %s%s\n", nt, kvq_isa_name(kvq_cpu_isa()), vbmi == 2 ? "+vbmi, int16 tables" : vbmi ? "+vbmi, f32 tables" : "");
     fflush(stdout);
 
     /* Bandwidth before and after the GEMVs, best of both: on a shared machine
      * one of them may land in someone else's busy second. */
     double bw = kvq_bench_mem_bw_gbs((int)nt);
     if (bw <= 0) return kvq_tool_die(PROG, "cannot allocate the bandwidth test buffer");
-    result r[2][2]; /* [shape][2x8, 1x16] */
+    result r[4][2]; /* [shape][2x8, 1x16] */
     for (int s = 0; s < n_shapes; s++) {
         if (bench_format(shapes[s][0], shapes[s][1], 2, 8, (size_t)mb << 20, (int)nt, &r[s][0])) return 1;
         if (bench_format(shapes[s][0], shapes[s][1], 1, 16, (size_t)mb << 20, (int)nt, &r[s][1])) return 1;

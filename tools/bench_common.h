@@ -15,4 +15,11 @@ double kvq_bench_mem_bw_gbs(int n_threads);
 struct kvq_model;
 double kvq_bench_model_bw_gbs(const struct kvq_model *m, int n_threads);
 
+/* bench_synth.c: the directory of a synthetic real-shape AQLM checkpoint
+ * (name: llama2-7b | llama3-8b | mistral-7b, scheme: 2x8 | 1x16) under root
+ * (NULL: $TMPDIR/kvq-synth), written first if it is not there yet; *file_bytes
+ * gets the tensor bytes it holds. 0, or 1 after an error line on stderr. */
+int kvq_bench_synth_dir(const char *name, const char *scheme, const char *root, char *dir, size_t dir_size,
+                        double *file_bytes);
+
 #endif

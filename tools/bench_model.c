@@ -1,9 +1,13 @@
 /* kvq-bench model: prompt processing and decode speed of a whole model, and
  * the decode rate as a fraction of memory bandwidth (each decoded token streams
  * every weight but the embedding table once, plus the KV cache in use). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bench_common.h"
@@ -14,7 +18,10 @@ static const char *P = "kvq-bench model";
 
 static int usage(FILE *f) {
     fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [--device D]\n"
+               "       kvq-bench model --synthetic llama2-7b|llama3-8b|mistral-7b --scheme 2x8|1x16 [--synthetic-dir D]\n"
                "  -m      model directory (default: the demo model)\n"
+               "  --synthetic  a real-shape AQLM checkpoint with random codes, written once under D\n"
+               "          (default $TMPDIR/kvq-synth) and loaded from there; defaults -p 512 -n 32 --reps 1\n"
                "  -p      prompt tokens (default 256), -n decoded tokens (default 128)\n"
                "  -t      threads (default: all cores), --reps passes, best is reported (default 3)\n"
                "  -ctk/-ctv  KV cache types (default f16)\n"
@@ -22,9 +29,39 @@ static int usage(FILE *f) {
     return 0;
 }
 
+/* Tensor bytes of the checkpoint: the sizes of dir's *.safetensors files. */
+static double checkpoint_bytes(const char *dir) {
+    DIR *d = opendir(dir);
+    double total = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        char path[4096];
+        struct stat st;
+        if (n > 12 && !strcmp(e->d_name + n - 12, ".safetensors") &&
+            (size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < sizeof path && stat(path, &st) == 0)
+            total += (double)st.st_size;
+    }
+    if (d) closedir(d);
+    return total;
+}
+
+/* CPU seconds (user + system, all threads) this process used so far. */
+static double cpu_seconds(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* Peak resident set of this process so far, bytes. */
+static double peak_rss(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0.0;
+}
+
 int kvq_bench_model(int argc, char **argv) {
-    const char *dir = NULL, *backend = NULL, *device = NULL;
-    long pp = 256, tg = 128, threads = 0, reps = 3;
+    const char *dir = NULL, *synth = NULL, *scheme = "2x8", *synth_root = NULL, *backend = NULL, *device = NULL;
+    long pp = -1, tg = -1, threads = 0, reps = -1;
     int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -34,6 +71,9 @@ int kvq_bench_model(int argc, char **argv) {
         if (!strcmp(a, "-m")) dir = v;
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--synthetic")) synth = v;
+        else if (!strcmp(a, "--scheme")) scheme = v;
+        else if (!strcmp(a, "--synthetic-dir")) synth_root = v;
         else if (!strcmp(a, "-p")) { if (kvq_tool_parse_int(v, 1, 1 << 20, &pp)) goto bad; }
         else if (!strcmp(a, "-n")) { if (kvq_tool_parse_int(v, 1, 1 << 20, &tg)) goto bad; }
         else if (!strcmp(a, "-t")) { if (kvq_tool_parse_int(v, 1, 1024, &threads)) goto bad; }
@@ -45,13 +85,26 @@ int kvq_bench_model(int argc, char **argv) {
     bad:
         return kvq_tool_die(P, "bad value '%s' for %s", v, a);
     }
+    char synth_dir[4096];
+    double ckpt_bytes = 0;
+    if (synth) {
+        if (dir) return kvq_tool_die(P, "give either -m or --synthetic, not both");
+        if (kvq_bench_synth_dir(synth, scheme, synth_root, synth_dir, sizeof synth_dir, &ckpt_bytes)) return 1;
+        dir = synth_dir;
+    }
+    if (pp < 0) pp = synth ? 512 : 256;
+    if (tg < 0) tg = synth ? 32 : 128;
+    if (reps < 0) reps = synth ? 1 : 3;
     if (!dir && !(dir = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model was not found");
+    if (!synth) ckpt_bytes = checkpoint_bytes(dir);
     kvq_model_params mp = kvq_model_default_params();
     mp.n_threads = (int)threads;
     mp.backend = backend;
     mp.device = device;
     kvq_model *m;
+    double t_load = kvq_tool_now(), cpu_load = cpu_seconds();
     if (kvq_model_load(dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+    t_load = kvq_tool_now() - t_load, cpu_load = cpu_seconds() - cpu_load;
     kvq_tool_report_backend(P, m);
     kvq_context_params cp = kvq_context_default_params();
     cp.n_ctx = (int)(pp + tg);
@@ -78,6 +131,35 @@ int kvq_bench_model(int argc, char **argv) {
         if (t1 - t0 < best_pp) best_pp = t1 - t0;
         if (t2 - t1 < best_tg) best_tg = t2 - t1;
     }
+    double rss = peak_rss(); /* before the bandwidth test's 1 GiB buffer */
+    /* sampling cost per token on this model's logits, and on a Llama-3-sized vocabulary */
+    double smp[4];
+    int nv_big = 128256;
+    float *big = malloc(sizeof *big * (size_t)nv_big);
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; big && i < nv_big; i++) { /* logits spread like a model's: a few high, a long low tail */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        double u = (double)(x >> 11) / 9007199254740992.0;
+        big[i] = (float)(-4.0 * log(-log(u + 1e-300) + 1e-12)); /* Gumbel-shaped */
+    }
+    for (int k = 0; k < 4; k++) {
+        kvq_sampler_params sp = kvq_sampler_default_params();
+        if (k % 2 == 0) sp.temp = 0;
+        sp.seed = 1;
+        kvq_sampler *s = kvq_sampler_new(&sp);
+        const float *lg = k < 2 ? kvq_logits(c) : big;
+        int n = k < 2 ? nv : nv_big, calls = 200;
+        double best = 1e30;
+        for (long r = 0; lg && r < reps; r++) {
+            double t0 = kvq_tool_now();
+            for (int i = 0; i < calls; i++) kvq_sample(s, lg, n);
+            double t = (kvq_tool_now() - t0) / calls;
+            if (t < best) best = t;
+        }
+        smp[k] = best;
+        kvq_sampler_free(s);
+    }
+    free(big);
     double bw = kvq_bench_model_bw_gbs(m, threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     double wbytes = (double)kvq_model_weight_bytes(m);
     double kv_avg = (double)kvq_kv_bytes_total(c) * ((double)pp + (double)tg / 2) / (double)(pp + tg);
@@ -88,8 +170,21 @@ int kvq_bench_model(int argc, char **argv) {
     printf("prompt %ld tokens: %.1f tok/s\n", pp, (double)pp / best_pp);
     printf("decode %ld tokens: %.1f tok/s, %.2f MB streamed per token, %.1f GB/s, %.0f%% of measured %.1f GB/s\n", tg,
            tg_tps, tok_bytes / 1e6, tok_bytes * tg_tps / 1e9, bw > 0 ? 100 * tok_bytes * tg_tps / 1e9 / bw : 0, bw);
-    printf("model pp=%ld tg=%ld pp_tps=%.1f tg_tps=%.1f tg_bw_ratio=%.2f\n", pp, tg, (double)pp / best_pp, tg_tps,
-           bw > 0 ? tok_bytes * tg_tps / 1e9 / bw : 0);
+    double step = best_tg / (double)tg;
+    printf("sampling per token (vocab %d): greedy %.1f us, default sampler %.1f us (temp 0.8, top-k 40, top-p 0.95, "
+           "min-p 0.05) = %.1f%% of a decode step\n", nv, smp[0] * 1e6, smp[1] * 1e6, 100 * smp[1] / step);
+    printf("sampling per token (vocab %d): greedy %.1f us, default sampler %.1f us\n", nv_big, smp[2] * 1e6, smp[3] * 1e6);
+    double kv_bytes = (double)kvq_kv_bytes_total(c), bound = bw > 0 ? bw * 1e9 / tok_bytes : 0;
+    double rss_ratio = rss / (ckpt_bytes + kv_bytes);
+    printf("load %.2f s (%.2f s CPU); peak RSS %.2f GB = %.2fx (checkpoint tensors %.2f GB + KV cache %.2f GB)\n", t_load,
+           cpu_load, rss / 1e9, rss_ratio, ckpt_bytes / 1e9, kv_bytes / 1e9);
+    if (synth)
+        printf("model synthetic=%s scheme=%s pp_tps=%.2f tg_tps=%.2f bound_tps=%.2f tg_bw_ratio=%.3f rss_ratio=%.3f\n", synth,
+               scheme, (double)pp / best_pp, tg_tps, bound, bound > 0 ? tg_tps / bound : 0, rss_ratio);
+    else
+        printf("model pp=%ld tg=%ld pp_tps=%.1f tg_tps=%.1f tg_bw_ratio=%.2f sample_greedy_us=%.1f sample_default_us=%.1f "
+           "sample_default_128k_us=%.1f\n", pp, tg, (double)pp / best_pp, tg_tps,
+           bw > 0 ? tok_bytes * tg_tps / 1e9 / bw : 0, smp[0] * 1e6, smp[1] * 1e6, smp[3] * 1e6);
     free(ids);
     kvq_context_free(c);
     kvq_model_free(m);

@@ -1,150 +1,243 @@
-/* kvq-chat: generate text from a prompt (-p), or a minimal line-by-line session without -p. */
+/* kvq-chat: a conversation with a model (chat template, incremental KV cache,
+ * line editing, context shift), or one-shot generation from -p / -f. */
+#include <fcntl.h>
+#include <langinfo.h>
+#include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "chat.h"
 #include "common.h"
 #include "kvq.h"
 
+const char *CHAT_PROG = "kvq-chat";
 static const char *P = "kvq-chat";
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: kvq-chat [options]\n"
+            "usage: kvq-chat [options]            conversation (stdin a TTY: line editing; else one turn per line)\n"
+            "       kvq-chat -p TEXT [options]    generate a continuation of TEXT and exit\n"
             "  -m, --model DIR       HF model directory (default: the bundled demo model)\n"
-            "  -p, --prompt TEXT     prompt; generate and exit (without -p: read prompts from stdin, one per line)\n"
-            "  -n, --n-predict N     tokens to generate (default 128)\n"
+            "  -p, --prompt TEXT     prompt; print it and its continuation, then exit\n"
+            "  -f, --file FILE       read the prompt from FILE\n"
+            "  --chat                with -p/-f: wrap the prompt in the chat template as one user turn\n"
+            "  --no-display-prompt   with -p/-f: print the continuation alone\n"
+            "  -n, --n-predict N     tokens to generate (-1: until end of turn or full context;\n"
+            "                        default 128 with -p, -1 in a conversation)\n"
             "  -c, --ctx-size N      context length (default: min(trained, 4096))\n"
             "  -b, --batch-size N    prompt tokens per forward pass (default 512)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
+            "  --chat-template NAME  none, llama2, llama3, mistral, chatml, phi3, gemma, command-r\n"
+            "                        (default: recognized from tokenizer_config.json)\n"
+            "  --system TEXT         system message\n"
+            "  --keep N              tokens at the start kept when the context is full (default 0)\n"
+            "  --ignore-eos          do not stop at end-of-turn tokens (or, without a template, at a newline)\n"
             "  --temp T              temperature, 0 = greedy (default 0.8)\n"
             "  --top-k K             top-k (default 40, 0 = off)\n"
             "  --top-p P             top-p (default 0.95, 1 = off)\n"
-            "  --seed S              sampling seed (default 0)\n"
+            "  --min-p P             min-p (default 0.05, 0 = off)\n"
+            "  --repeat-penalty F    repeat penalty (default 1.0 = off)\n"
+            "  --repeat-last-n N     tokens the penalty looks back at (default 64)\n"
+            "  --seed S              sampling seed (default -1: random; shown by /stats)\n"
             "  -ctk, --cache-type-k T   K cache type: f32, f16, q8, q4 (default f16)\n"
             "  -ctv, --cache-type-v T   V cache type: f32, f16, q8, q4 (default f16)\n"
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
-            "  --ids                 print generated token ids instead of text\n"
+            "  --ids                 with -p: print generated token ids instead of text\n"
             "  --verbose-prompt      print the prompt's token ids on stderr\n"
-            "  --logits-out FILE     write float32 logits of the last prompt position\n"
+            "  --logits-out FILE     with -p: write float32 logits of the last prompt position\n"
             "  -h, --help            this help\n"
-            "  --version             print the version\n");
+            "  --version             print the version\n"
+            "In a conversation, /help lists the commands (/reset, /stats, /system, /save, /load, /quit).\n");
 }
 
-typedef struct {
-    const char *model, *prompt, *logits_out, *backend, *device;
-    long n_predict, n_ctx, n_batch, threads;
-    kvq_sampler_params sp;
-    int type_k, type_v, kv_rotate, print_ids, verbose_prompt;
-} opts;
-
-static int parse(int argc, char **argv, opts *o) {
+static int parse(int argc, char **argv, chat_opts *o) {
     o->sp = kvq_sampler_default_params();
-    o->n_predict = 128;
+    o->n_predict = -2;
+    o->seed = -1;
     o->type_k = o->type_v = KVQ_CACHE_F16;
     o->kv_rotate = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_ARG()                                                     \
-    do {                                                               \
+#define NEED_ARG()                                                        \
+    do {                                                                  \
         if (!v) return kvq_tool_die(P, "option %s needs a value", a) + 1; \
-        i++;                                                           \
+        i++;                                                              \
     } while (0)
+#define IS(x, y) (!strcmp(a, x) || !strcmp(a, y))
         double d;
         long n;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED_ARG(); o->model = v; }
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { NEED_ARG(); o->prompt = v; }
-        else if (!strcmp(a, "--logits-out")) { NEED_ARG(); o->logits_out = v; }
-        else if (!strcmp(a, "--backend")) { NEED_ARG(); o->backend = v; }
-        else if (!strcmp(a, "--device")) { NEED_ARG(); o->device = v; }
-        else if (!strcmp(a, "--ids")) o->print_ids = 1;
-        else if (!strcmp(a, "--verbose-prompt")) o->verbose_prompt = 1;
-        else if (!strcmp(a, "--kv-rotate")) o->kv_rotate = 1;
-        else if (!strcmp(a, "--no-kv-rotate")) o->kv_rotate = 0;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 30, &o->n_predict)) goto bad; }
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 30, &o->n_ctx)) goto bad; }
-        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->n_batch)) goto bad; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1024, &o->threads)) goto bad; }
-        else if (!strcmp(a, "--top-k")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 30, &n)) goto bad; o->sp.top_k = (int)n; }
-        else if (!strcmp(a, "--seed")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 0x7fffffffffffffffL, &n)) goto bad; o->sp.seed = (uint64_t)n; }
-        else if (!strcmp(a, "--temp")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d < 0) goto bad; o->sp.temp = (float)d; }
-        else if (!strcmp(a, "--top-p")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d <= 0 || d > 1) goto bad; o->sp.top_p = (float)d; }
-        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) { NEED_ARG(); if ((o->type_k = kvq_cache_type_parse(v)) < 0) goto bad; }
-        else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) { NEED_ARG(); if ((o->type_v = kvq_cache_type_parse(v)) < 0) goto bad; }
+        if (IS("-h", "--help")) { usage(stdout); return -1; }
+        else if (IS("-m", "--model")) { NEED_ARG(); o->model = v; }
+        else if (IS("-p", "--prompt")) { NEED_ARG(); o->prompt = v; }
+        else if (IS("-f", "--file")) { NEED_ARG(); o->prompt_file = v; }
+        else if (IS("--logits-out", "--logits-out")) { NEED_ARG(); o->logits_out = v; }
+        else if (IS("--backend", "--backend")) { NEED_ARG(); o->backend = v; }
+        else if (IS("--device", "--device")) { NEED_ARG(); o->device = v; }
+        else if (IS("--chat-template", "--chat-template")) { NEED_ARG(); o->chat_template = v; }
+        else if (IS("--system", "-sys")) { NEED_ARG(); o->system = v; }
+        else if (IS("--ids", "--ids")) o->print_ids = 1;
+        else if (IS("--chat", "--chat")) o->chat = 1;
+        else if (IS("--ignore-eos", "--ignore-eos")) o->ignore_eos = 1;
+        else if (IS("--no-display-prompt", "--no-display-prompt")) o->no_display_prompt = 1;
+        else if (IS("--verbose-prompt", "--verbose-prompt")) o->verbose_prompt = 1;
+        else if (IS("--kv-rotate", "--kv-rotate")) o->kv_rotate = 1;
+        else if (IS("--no-kv-rotate", "--no-kv-rotate")) o->kv_rotate = 0;
+        else if (IS("-n", "--n-predict")) { NEED_ARG(); if (kvq_tool_parse_int(v, -1, 1 << 30, &o->n_predict)) goto bad; }
+        else if (IS("-c", "--ctx-size")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 30, &o->n_ctx)) goto bad; }
+        else if (IS("-b", "--batch-size")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->n_batch)) goto bad; }
+        else if (IS("-t", "--threads")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1024, &o->threads)) goto bad; }
+        else if (IS("--keep", "--keep")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 30, &o->keep)) goto bad; }
+        else if (IS("--top-k", "--top-k")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 30, &n)) goto bad; o->sp.top_k = (int)n; }
+        else if (IS("--repeat-last-n", "--repeat-last-n")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 20, &n)) goto bad; o->sp.repeat_last_n = (int)n; }
+        else if (IS("--seed", "-s")) { NEED_ARG(); if (kvq_tool_parse_int(v, -1, 0x7fffffffffffffffL, &o->seed)) goto bad; }
+        else if (IS("--temp", "--temp")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d < 0) goto bad; o->sp.temp = (float)d; }
+        else if (IS("--top-p", "--top-p")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d <= 0 || d > 1) goto bad; o->sp.top_p = (float)d; }
+        else if (IS("--min-p", "--min-p")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d < 0 || d > 1) goto bad; o->sp.min_p = (float)d; }
+        else if (IS("--repeat-penalty", "--repeat-penalty")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d <= 0) goto bad; o->sp.repeat_penalty = (float)d; }
+        else if (IS("-ctk", "--cache-type-k")) { NEED_ARG(); if ((o->type_k = kvq_cache_type_parse(v)) < 0) goto bad; }
+        else if (IS("-ctv", "--cache-type-v")) { NEED_ARG(); if ((o->type_v = kvq_cache_type_parse(v)) < 0) goto bad; }
         else return kvq_tool_die(P, "unknown option '%s' (see --help)", a) + 1;
         continue;
     bad:
         return kvq_tool_die(P, "bad value '%s' for %s", v, a) + 1;
 #undef NEED_ARG
+#undef IS
+    }
+    if (o->prompt && o->prompt_file) return kvq_tool_die(P, "give -p or -f, not both") + 1;
+    if (o->chat_template) { /* before the model loads: a typo costs nothing */
+        static const char *const names[] = {"none", "llama2", "llama3", "mistral", "chatml", "phi3", "gemma", "command-r"};
+        int ok = 0;
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++) ok |= !strcmp(o->chat_template, names[i]);
+        if (!ok)
+            return kvq_tool_die(P, "unknown chat template '%s' (none, llama2, llama3, mistral, chatml, phi3, gemma, command-r)",
+                                o->chat_template) + 1;
     }
     return 0;
 }
 
-/* Generates up to n tokens after the prompt already evaluated in c, streaming to stdout. */
-static int generate(kvq_context *c, const kvq_model *m, kvq_sampler *s, const opts *o, int *n_gen) {
-    const kvq_tokenizer *tok = kvq_model_tokenizer(m);
-    kvq_detok *dt = kvq_detok_new(tok, 1);
-    char piece[1024];
-    int first = 1;
-    *n_gen = 0;
-    for (long i = 0; i < o->n_predict; i++) {
-        int32_t id = kvq_sample(s, kvq_logits(c), kvq_model_n_vocab(m));
-        if (kvq_token_is_eog(tok, id)) break;
-        if (o->print_ids) {
-            printf(first ? "%d" : " %d", id);
-        } else if (dt && kvq_detok_push(dt, id, piece, sizeof piece) > 0) {
-            fputs(piece, stdout);
-        }
-        first = 0;
-        fflush(stdout);
-        (*n_gen)++;
-        if (i + 1 == o->n_predict) break;
-        if (kvq_eval(c, &id, 1) != KVQ_OK) {
-            kvq_detok_free(dt);
-            return kvq_tool_die(P, "%s", kvq_last_error());
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0, r;
+    char *buf = malloc(cap + 1);
+    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *nb = realloc(buf, (cap *= 2) + 1);
+            if (!nb) free(buf);
+            buf = nb;
         }
     }
-    if (!o->print_ids && dt && kvq_detok_flush(dt, piece, sizeof piece) > 0) fputs(piece, stdout);
-    if (o->print_ids || *n_gen) putchar('\n');
-    fflush(stdout);
-    kvq_detok_free(dt);
-    return 0;
+    fclose(f);
+    if (buf) buf[n] = 0;
+    return buf;
 }
 
-static int run_prompt(kvq_context *c, const kvq_model *m, kvq_sampler *s, const opts *o, const char *text) {
+/* One-shot: prompt ids (BOS + text, or the template around one user turn). */
+static int32_t *prompt_ids(const chat_opts *o, const kvq_tokenizer *tok, const char *text, int *n) {
+    char *rendered = NULL;
+    const char *src = text;
+    int bos = 1;
+    if (o->chat) {
+        kvq_chat_template *t;
+        if (kvq_chat_template_load(o->model, o->chat_template, &t) != KVQ_OK) {
+            kvq_tool_die(P, "%s", kvq_last_error());
+            return NULL;
+        }
+        kvq_chat_msg m[2] = {{"system", o->system ? o->system : ""}, {"user", text}};
+        int skip = o->system ? 0 : 1;
+        int len = kvq_chat_render(t, m + skip, 2 - skip, 1, NULL, 0);
+        if (len >= 0 && (rendered = malloc((size_t)len + 1))) kvq_chat_render(t, m + skip, 2 - skip, 1, rendered, (size_t)len + 1);
+        kvq_chat_template_free(t);
+        if (!rendered) {
+            kvq_tool_die(P, "%s", len < 0 ? kvq_last_error() : "out of memory");
+            return NULL;
+        }
+        src = rendered;
+        bos = 0; /* the template placed it */
+    }
+    int32_t *ids = NULL;
+    *n = kvq_tokenize(tok, src, strlen(src), bos, NULL, 0);
+    if (*n < 0) kvq_tool_die(P, "%s", kvq_last_error());
+    else if (*n == 0) kvq_tool_die(P, "empty prompt");
+    else if (!(ids = malloc(sizeof *ids * (size_t)*n))) kvq_tool_die(P, "out of memory");
+    else kvq_tokenize(tok, src, strlen(src), bos, ids, *n);
+    free(rendered);
+    return ids;
+}
+
+static int one_shot(kvq_context *c, const kvq_model *m, kvq_sampler *s, const chat_opts *o, int n_ctx) {
     const kvq_tokenizer *tok = kvq_model_tokenizer(m);
-    int n = kvq_tokenize(tok, text, strlen(text), 1, NULL, 0);
-    if (n < 0) return kvq_tool_die(P, "%s", kvq_last_error());
-    if (n == 0) return kvq_tool_die(P, "empty prompt");
-    int32_t *ids = malloc(sizeof *ids * (size_t)n);
-    if (!ids) return kvq_tool_die(P, "out of memory");
-    kvq_tokenize(tok, text, strlen(text), 1, ids, n);
+    char *file_text = NULL;
+    const char *text = o->prompt;
+    if (o->prompt_file && !(text = file_text = read_file(o->prompt_file)))
+        return kvq_tool_die(P, "%s: cannot read", o->prompt_file);
+    int n;
+    int32_t *ids = prompt_ids(o, tok, text, &n);
+    if (!ids) {
+        free(file_text);
+        return 1;
+    }
     if (o->verbose_prompt) {
         fprintf(stderr, "%s: prompt ids:", P);
         for (int i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
         fputc('\n', stderr);
     }
-    double t0 = kvq_tool_now();
-    if (kvq_eval(c, ids, n) != KVQ_OK) {
+    if (n >= n_ctx) {
         free(ids);
-        return kvq_tool_die(P, "%s", kvq_last_error());
+        free(file_text);
+        return kvq_tool_die(P, "prompt is %d tokens, the context holds %d (-c %d would fit)", n, n_ctx, n + 128);
     }
-    free(ids);
+    double t0 = kvq_tool_now();
+    int rc = 0;
+    if (kvq_eval(c, ids, n) != KVQ_OK) rc = kvq_tool_die(P, "%s", kvq_last_error());
     double t1 = kvq_tool_now();
-    if (o->logits_out) {
+    if (!rc && o->logits_out) {
         FILE *f = fopen(o->logits_out, "wb");
         size_t nv = (size_t)kvq_model_n_vocab(m);
         if (!f || fwrite(kvq_logits(c), sizeof(float), nv, f) != nv || fclose(f) != 0)
-            return kvq_tool_die(P, "%s: cannot write logits", o->logits_out);
+            rc = kvq_tool_die(P, "%s: cannot write logits", o->logits_out);
     }
-    int n_gen = 0;
-    if (generate(c, m, s, o, &n_gen)) return 1;
+    kvq_detok *dt = kvq_detok_new(tok, 1);
+    char piece[1024];
+    int display = !o->print_ids && !o->no_display_prompt;
+    if (display && !o->chat) {
+        /* the prompt as given, then the continuation decoded in its context so spaces stay */
+        fputs(text, stdout);
+        for (int i = 0; dt && i < n; i++) kvq_detok_push(dt, ids[i], piece, sizeof piece);
+    } else if (display) {
+        fputs(text, stdout);
+        fputc('\n', stdout);
+    }
+    for (int i = 0; i < n; i++) kvq_sampler_accept(s, ids[i]);
+    long n_gen = 0, limit = o->n_predict == -2 ? 128 : o->n_predict;
+    while (!rc && !chat_interrupted && (limit < 0 || n_gen < limit)) {
+        int32_t id = kvq_sample(s, kvq_logits(c), kvq_model_n_vocab(m));
+        if (!o->ignore_eos && kvq_token_is_eog(tok, id)) break;
+        if (o->print_ids) printf(n_gen ? " %d" : "%d", id);
+        else if (dt && kvq_detok_push(dt, id, piece, sizeof piece) > 0) fputs(piece, stdout);
+        fflush(stdout);
+        n_gen++;
+        if ((limit >= 0 && n_gen == limit) || kvq_n_past(c) >= n_ctx) break;
+        if (kvq_eval(c, &id, 1) != KVQ_OK) rc = kvq_tool_die(P, "%s", kvq_last_error());
+        kvq_sampler_accept(s, id);
+    }
+    if (!rc && !o->print_ids && dt && kvq_detok_flush(dt, piece, sizeof piece) > 0) fputs(piece, stdout);
+    if (!rc && (o->print_ids || n_gen || display)) putchar('\n');
+    fflush(stdout);
+    kvq_detok_free(dt);
+    free(ids);
+    free(file_text);
+    if (rc) return rc;
     double t2 = kvq_tool_now();
-    fprintf(stderr, "%s: prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s)\n", P, n,
+    fprintf(stderr, "%s: prompt %d tokens in %.3f s (%.1f tok/s), generated %ld tokens in %.3f s (%.1f tok/s)\n", P, n,
             t1 - t0, n / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0);
     fprintf(stderr, "%s: KV cache %.2f MiB in use of %.2f MiB allocated (K %s, V %s)\n", P,
             (double)kvq_kv_bytes_used(c) / (1 << 20), (double)kvq_kv_bytes_total(c) / (1 << 20),
@@ -152,22 +245,78 @@ static int run_prompt(kvq_context *c, const kvq_model *m, kvq_sampler *s, const 
     return 0;
 }
 
+/* The conversation loop: one user turn per input, /commands, Ctrl-C and Ctrl-D. */
+static int converse(chat_session *S, int tty) {
+    chat_input *in = chat_input_open(tty, S->color);
+    if (!in) return kvq_tool_die(P, "cannot set up line input");
+    if (tty)
+        fprintf(stderr, "%s: template %s, context %d tokens. Type a message; /help for commands, Ctrl-C stops a reply, "
+                        "Ctrl-D exits.\n", P, kvq_chat_template_name(S->t), S->n_ctx);
+    int rc = 0;
+    for (;;) {
+        char *line;
+        int st = chat_input_read(in, &line);
+        if (st == CHAT_IN_EOF || st == CHAT_IN_INTR_EMPTY) break;
+        if (st == CHAT_IN_INTR_TEXT) continue; /* Ctrl-C with text: drop the line, as a shell does */
+        if (tty && line[0] == '/') {
+            int r = chat_command(S, line);
+            free(line);
+            if (r == 1) break;
+            if (r == 2) { rc = 1; break; }
+            continue;
+        }
+        if (tty && !line[0]) { /* an empty line at the prompt is nothing to answer */
+            free(line);
+            continue;
+        }
+        chat_interrupted = 0;
+        rc = chat_turn(S, line);
+        free(line);
+        if (rc) break;
+    }
+    chat_input_close(in);
+    return rc;
+}
+
+static uint64_t random_seed(void) {
+    uint64_t s = 0;
+    if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s) s = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    return s & 0x7fffffffffffffffull;
+}
+
 int main(int argc, char **argv) {
     if (kvq_tool_version(P, argc, argv)) return 0;
-    opts o = {0};
+    chat_opts o = {0};
     int r = parse(argc, argv, &o);
     if (r) return r < 0 ? 0 : 1;
     if (!o.model && !(o.model = kvq_tool_demo_model()))
         return kvq_tool_die(P, "no -m given and the demo model (models/demo) was not found");
+    int one = o.prompt || o.prompt_file;
+    int tty = !one && isatty(STDIN_FILENO);
+    if (tty) { /* libedit edits and shows UTF-8 only in a UTF-8 locale */
+        setlocale(LC_CTYPE, "");
+        if (strcmp(nl_langinfo(CODESET), "UTF-8")) setlocale(LC_CTYPE, "C.UTF-8");
+    }
     kvq_model_params mp = kvq_model_default_params();
     mp.n_threads = (int)o.threads;
     mp.backend = o.backend;
     mp.device = o.device;
     double t0 = kvq_tool_now();
     kvq_model *m;
-    if (kvq_model_load(o.model, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+    chat_progress prog;
+    chat_progress_start(&prog, o.model);
+    kvq_status ls = kvq_model_load(o.model, &mp, &m);
+    chat_progress_stop(&prog);
+    if (ls != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
     fprintf(stderr, "%s: loaded %s in %.2f s: %s\n", P, o.model, kvq_tool_now() - t0, kvq_model_desc(m));
     kvq_tool_report_backend(P, m);
+    int train = kvq_model_n_ctx_train(m);
+    if (!o.n_ctx) o.n_ctx = train > 0 && train < 4096 ? train : 4096;
+    else if (train > 0 && o.n_ctx > train)
+        fprintf(stderr, "%s: warning: -c %ld is above the model's trained context (%d); quality past it is not assured\n", P,
+                o.n_ctx, train);
+    uint64_t seed = o.seed < 0 ? random_seed() : (uint64_t)o.seed;
+    o.sp.seed = seed;
     kvq_context_params cp = kvq_context_default_params();
     cp.n_ctx = (int)o.n_ctx;
     if (o.n_batch) cp.n_batch = (int)o.n_batch;
@@ -180,18 +329,22 @@ int main(int argc, char **argv) {
         return kvq_tool_die(P, "%s", kvq_last_error());
     }
     kvq_sampler *s = kvq_sampler_new(&o.sp);
-    int rc = 0;
-    if (o.prompt) {
-        rc = run_prompt(c, m, s, &o, o.prompt);
+    chat_install_sigint();
+    int rc;
+    if (one) {
+        rc = one_shot(c, m, s, &o, (int)o.n_ctx);
     } else {
-        char line[8192];
-        fprintf(stderr, "%s: reading prompts from stdin, one per line (Ctrl-D ends)\n", P);
-        while (!rc && fgets(line, sizeof line, stdin)) {
-            line[strcspn(line, "\n")] = 0;
-            if (!line[0]) continue;
-            kvq_kv_truncate(c, 0);
-            rc = run_prompt(c, m, s, &o, line);
+        if (o.n_predict == -2) o.n_predict = -1;
+        chat_session S;
+        rc = chat_session_init(&S, &o, m, c);
+        if (!rc) {
+            S.s = s;
+            S.seed = seed;
+            S.tty = tty;
+            S.color = tty && isatty(STDOUT_FILENO) && isatty(STDERR_FILENO) && !getenv("NO_COLOR");
+            rc = converse(&S, tty);
         }
+        chat_session_free(&S);
     }
     kvq_sampler_free(s);
     kvq_context_free(c);

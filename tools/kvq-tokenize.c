@@ -1,5 +1,7 @@
 /* kvq-tokenize: prints the token ids of a text (or, with --decode, each token
- * with the text it contributes). */
+ * with the text it contributes); with --chat, of a conversation rendered by the
+ * model's chat template. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,12 +14,17 @@ static const char *PROG = "kvq-tokenize";
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: kvq-tokenize [-m DIR] (-p TEXT | -f FILE) [--bos] [--decode]\n"
+            "usage: kvq-tokenize [-m DIR] (-p TEXT | -f FILE | --chat FILE) [--bos] [--decode]\n"
             "  -m DIR      model or tokenizer directory (default: the demo model)\n"
             "  -p TEXT     text to tokenize\n"
             "  -f FILE     read the text from FILE\n"
             "  --bos       prepend the BOS token when the tokenizer has one\n"
             "  --decode    print one line per token: id, then the text it adds (C-escaped)\n"
+            "  --chat FILE       FILE is a JSON list of {\"role\", \"content\"} messages: tokenize them as\n"
+            "                    rendered by the chat template (BOS as the template puts it)\n"
+            "  --no-generation-prompt   with --chat: leave out the assistant header at the end\n"
+            "  --chat-template NAME     with --chat: template family instead of the model's\n"
+            "  --show-text       with --chat: print the rendered text instead of ids\n"
             "  --version   print the version\n"
             "Prints the ids on one line, separated by spaces.\n");
 }
@@ -59,10 +66,50 @@ static int read_text(const char *path, char **out, size_t *len) {
     return 0;
 }
 
+/* Renders the JSON message list in path with dir's chat template into *out (malloc'd). */
+static int render_chat(const char *dir, const char *path, const char *tmpl_name, int gen, char **out) {
+    char *json;
+    size_t len;
+    if (read_text(path, &json, &len)) return kvq_tool_die(PROG, "%s: cannot read", path);
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    free(json);
+    if (!cJSON_IsArray(root)) {
+        cJSON_Delete(root);
+        return kvq_tool_die(PROG, "%s: not a JSON list of messages", path);
+    }
+    int n = cJSON_GetArraySize(root), rc = 1;
+    kvq_chat_msg *msgs = calloc((size_t)n + 1, sizeof *msgs);
+    kvq_chat_template *t = NULL;
+    for (int i = 0; i < n; i++) {
+        const cJSON *m = cJSON_GetArrayItem(root, i);
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role"), *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsString(r) || !cJSON_IsString(c)) {
+            kvq_tool_die(PROG, "%s: message %d needs string \"role\" and \"content\"", path, i);
+            goto done;
+        }
+        msgs[i] = (kvq_chat_msg){r->valuestring, c->valuestring};
+    }
+    if (kvq_chat_template_load(dir, tmpl_name, &t) != KVQ_OK) {
+        kvq_tool_die(PROG, "%s", kvq_last_error());
+        goto done;
+    }
+    int k = kvq_chat_render(t, msgs, n, gen, NULL, 0);
+    if (k < 0 || !(*out = malloc((size_t)k + 1)) || kvq_chat_render(t, msgs, n, gen, *out, (size_t)k + 1) != k) {
+        kvq_tool_die(PROG, "%s: %s", path, k < 0 ? kvq_last_error() : "out of memory");
+        goto done;
+    }
+    rc = 0;
+done:
+    kvq_chat_template_free(t);
+    free(msgs);
+    cJSON_Delete(root);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (kvq_tool_version(PROG, argc, argv)) return 0;
-    const char *dir = NULL, *text = NULL, *file = NULL;
-    int bos = 0, decode = 0;
+    const char *dir = NULL, *text = NULL, *file = NULL, *chat = NULL, *tmpl = NULL;
+    int bos = 0, decode = 0, gen = 1, show_text = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -72,6 +119,13 @@ int main(int argc, char **argv) {
             bos = 1;
         } else if (!strcmp(a, "--decode")) {
             decode = 1;
+        } else if (!strcmp(a, "--no-generation-prompt")) {
+            gen = 0;
+        } else if (!strcmp(a, "--show-text")) {
+            show_text = 1;
+        } else if (!strcmp(a, "--chat") || !strcmp(a, "--chat-template")) {
+            if (i + 1 >= argc) return kvq_tool_die(PROG, "%s needs a value (see --help)", a);
+            *(strcmp(a, "--chat") ? &tmpl : &chat) = argv[++i];
         } else if (!strcmp(a, "-m") || !strcmp(a, "-p") || !strcmp(a, "-f")) {
             if (i + 1 >= argc) return kvq_tool_die(PROG, "%s needs a value (see --help)", a);
             const char **dst = a[1] == 'm' ? &dir : a[1] == 'p' ? &text : &file;
@@ -80,13 +134,23 @@ int main(int argc, char **argv) {
             return kvq_tool_die(PROG, "unknown argument '%s' (see --help)", a);
         }
     }
-    if (!text == !file) return kvq_tool_die(PROG, "give exactly one of -p TEXT or -f FILE (see --help)");
+    if (!!text + !!file + !!chat != 1) return kvq_tool_die(PROG, "give exactly one of -p TEXT, -f FILE or --chat FILE (see --help)");
     if (!dir && !(dir = kvq_tool_demo_model()))
         return kvq_tool_die(PROG, "no -m DIR given and no demo model found");
 
     char *buf = NULL;
     size_t len;
-    if (file) {
+    if (chat) {
+        if (render_chat(dir, chat, tmpl, gen, &buf)) return 1;
+        if (show_text) {
+            fputs(buf, stdout);
+            free(buf);
+            return 0;
+        }
+        text = buf;
+        len = strlen(buf);
+        bos = 0; /* the template placed it */
+    } else if (file) {
         if (read_text(file, &buf, &len)) return kvq_tool_die(PROG, "%s: cannot read: %s", file, strerror(errno));
         text = buf;
     } else {

@@ -10,9 +10,17 @@
  *    stream 16/64 rows' codes per lookup instruction.
  *  - nbits > 8 ("GATHER"): a table would be 2^nbits entries per step, so we
  *    load the codewords themselves (fp16 codebooks, widened in registers) and
- *    FMA them with x. Codes are uint16 [row][g][m]. */
+ *    FMA them with x. Codes are uint16 [row][g][m].
+ *
+ * Weights in place: GATHER codes (16-bit) and fp16 codebooks are the checkpoint's
+ * own layout and are read straight from the mapping. LUT codes are transposed
+ * once at load (the lookups need one step's codes of many rows side by side);
+ * the mapping's pages of the original codes are then dropped, so resident
+ * memory holds the codes once. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cpu/cpu_matmul_impl.h"
 #include "util.h"
@@ -49,21 +57,67 @@ static void *alloc_for(size_t n, size_t size, kvq_cpu_weight *w, const kvq_weigh
     return p;
 }
 
+/* Tells the kernel the mapping's pages of [p, p + n) are not needed any more
+ * (whole pages inside the range only). For a read-only file mapping that only
+ * drops them from this process; the file and the page cache keep the data. */
+static void release_mapped(const void *p, size_t n) {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg, b = ((uintptr_t)p + n) / (uintptr_t)pg * (uintptr_t)pg;
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* x[i] byte j <-> x[j] byte i (8x8 byte transpose, three swap stages). */
+static inline void transpose8x8(uint64_t x[8]) {
+    for (int i = 0; i < 4; i++) {
+        uint64_t t = ((x[i] >> 32) ^ x[i + 4]) & 0x00000000ffffffffull;
+        x[i + 4] ^= t, x[i] ^= t << 32;
+    }
+    for (int i = 0; i < 8; i += (i & 1) ? 3 : 1) { /* 0,1,4,5 */
+        uint64_t t = ((x[i] >> 16) ^ x[i + 2]) & 0x0000ffff0000ffffull;
+        x[i + 2] ^= t, x[i] ^= t << 16;
+    }
+    for (int i = 0; i < 8; i += 2) {
+        uint64_t t = ((x[i] >> 8) ^ x[i + 1]) & 0x00ff00ff00ff00ffull;
+        x[i + 1] ^= t, x[i] ^= t << 8;
+    }
+}
+
+/* 64 full rows of int8 codes from [row][S] into [S][pad] (8x8 byte tiles). */
+static void transpose_block(uint8_t *dst, const uint8_t *src, size_t S, size_t pad) {
+    size_t s = 0;
+    for (; s + 8 <= S; s += 8)
+        for (size_t r = 0; r < 64; r += 8) {
+            uint64_t x[8];
+            for (int i = 0; i < 8; i++) memcpy(&x[i], src + (r + (size_t)i) * S + s, 8);
+            transpose8x8(x);
+            for (int j = 0; j < 8; j++) memcpy(dst + (s + (size_t)j) * pad + r, &x[j], 8);
+        }
+    for (; s < S; s++)
+        for (size_t r = 0; r < 64; r++) dst[s * pad + r] = src[r * S + s];
+}
+
 /* Codes for all rows, reduced mod 2^nbits, into the layout of w->kind. */
 static void repack_codes(kvq_cpu_weight *w, const kvq_weight_desc *d) {
     size_t S = (size_t)w->G * w->M, rows = (size_t)w->rows, pad = (size_t)w->rows_pad;
     uint32_t mask = (1u << d->nbits) - 1u;
     if (w->kind == KVQ_CW_AQLM_LUT) {
         uint8_t *dst = w->codes;
-        memset(dst, 0, S * pad); /* padding rows: code 0, scale 0 */
-        /* A transpose: 64 rows at a time, so the 64 source rows stay cached
-         * while each step's 64 destination bytes are written as one line. */
-        for (size_t o0 = 0; o0 < rows; o0 += 64) {
-            size_t o1 = o0 + 64 < rows ? o0 + 64 : rows;
+        const uint8_t *src8 = d->codes;
+        long n_blk = (long)(pad / 64);
+        /* A transpose, 64 rows at a time, so the 64 source rows stay cached
+         * while each step's 64 destination bytes are written as one line.
+         * Threads take whole blocks (and fault in their own pages). */
+#pragma omp parallel for schedule(dynamic, 16)
+        for (long b = 0; b < n_blk; b++) {
+            size_t o0 = (size_t)b * 64, o1 = o0 + 64 < rows ? o0 + 64 : rows;
+            if (d->code_bytes == 1 && o1 - o0 == 64) { /* mask is 0xff */
+                transpose_block(dst + o0, src8 + o0 * S, S, pad);
+                continue;
+            }
             for (size_t s = 0; s < S; s++)
-                for (size_t o = o0; o < o1; o++) {
-                    size_t src = o * S + s;
-                    uint32_t c = d->code_bytes == 1 ? ((const uint8_t *)d->codes)[src] : kvq_rd_u16(d->codes, src);
+                for (size_t o = o0; o < o0 + 64; o++) { /* padding rows: code 0 (their scale is 0) */
+                    uint32_t c = o >= o1 ? 0 : d->code_bytes == 1 ? src8[o * S + s] : kvq_rd_u16(d->codes, o * S + s);
                     dst[s * pad + o] = (uint8_t)(c & mask);
                 }
         }
@@ -89,8 +143,16 @@ int kvq_cpu_aqlm_init(kvq_cpu_weight *w, const kvq_weight_desc *d) {
     size_t K = (size_t)1 << d->nbits, M = (size_t)w->M, ig = (size_t)w->ig, n_cb = M * K * ig;
     int lut = w->kind == KVQ_CW_AQLM_LUT;
     size_t n_codes = (size_t)(lut ? w->rows_pad : w->rows) * (size_t)w->G * M; /* rows*cols was checked */
+    /* 16-bit codes as stored are already the GATHER layout (and mod 2^16 is free). */
+    int codes_in_place = !lut && d->nbits == 16 && d->code_bytes == 2 && (uintptr_t)d->codes % 2 == 0;
     /* The caller frees whatever was allocated when we fail half way. */
-    if (!(w->codes = alloc_for(n_codes, lut ? 1 : 2, w, d))) return KVQ_ERR_NOMEM;
+    if (codes_in_place) {
+        w->codes = (void *)(uintptr_t)d->codes;
+        w->bytes += n_codes * 2;
+    } else {
+        if (!(w->codes = alloc_for(n_codes, lut ? 1 : 2, w, d))) return KVQ_ERR_NOMEM;
+        w->owned |= KVQ_OWN_CODES;
+    }
     if (!(w->scales = alloc_for((size_t)w->rows_pad, sizeof(float), w, d))) return KVQ_ERR_NOMEM;
     if (lut) {
         if (!(w->cb = alloc_for(n_cb, sizeof(float), w, d))) return KVQ_ERR_NOMEM;
@@ -99,11 +161,18 @@ int kvq_cpu_aqlm_init(kvq_cpu_weight *w, const kvq_weight_desc *d) {
         for (size_t m = 0; m < M; m++)
             for (size_t c = 0; c < 256; c++)
                 for (size_t j = 0; j < ig; j++) w->cb_t[(m * ig + j) * 256 + c] = w->cb[(m * 256 + c) * ig + j];
+    } else if ((uintptr_t)d->codebooks % 2 == 0) {
+        w->cb16 = (uint16_t *)(uintptr_t)d->codebooks;
+        w->bytes += n_cb * sizeof(uint16_t);
     } else {
         if (!(w->cb16 = alloc_for(n_cb, sizeof(uint16_t), w, d))) return KVQ_ERR_NOMEM;
+        w->owned |= KVQ_OWN_CB16;
         memcpy(w->cb16, d->codebooks, n_cb * sizeof(uint16_t));
     }
-    repack_codes(w, d);
+    if (!codes_in_place) {
+        repack_codes(w, d);
+        if (d->in_mapping) release_mapped(d->codes, (size_t)w->rows * w->G * M * (size_t)d->code_bytes);
+    }
     for (int o = 0; o < w->rows_pad; o++)
         w->scales[o] = o < w->rows ? kvq_f16_to_f32(kvq_rd_u16(d->scales, (size_t)o)) : 0.0f;
     return KVQ_OK;

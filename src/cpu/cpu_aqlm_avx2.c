@@ -74,7 +74,7 @@ void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, float *ac
 }
 
 /* 8 fp16 codebook values at element i, widened. */
-static inline __m256 cw8(const uint16_t *cb, size_t i) { return _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cb + i))); }
+static inline __m256 cw8(const uint16_t *cb, size_t i) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(cb + i))); }
 
 /* Codeword of group g (sum over the M codebooks), 8 values from element h.
  * M1 (compile-time "M is 1") drops the codebook loop for the common 1x16. */

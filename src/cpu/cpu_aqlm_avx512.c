@@ -3,6 +3,7 @@
  * with VBMI 64 rows per byte shuffle (below). Codeword path: 8-value fp16
  * codewords are widened in pairs into one zmm. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "cpu/cpu_matmul_impl.h"
 
@@ -168,20 +169,20 @@ static inline __attribute__((always_inline)) __m512 codeword16(const uint16_t *c
                                                                size_t KI, size_t M, const int IG, const int M1) {
     if (IG == 16) {
         const uint16_t *cg = c + (size_t)g * M;
-        __m512 v = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(cb + (size_t)cg[0] * 16)));
+        __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(cb + (size_t)cg[0] * 16)));
         if (!M1)
             for (size_t m = 1; m < M; m++)
-                v = _mm512_add_ps(v, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(cb + m * KI + (size_t)cg[m] * 16))));
+                v = _mm512_add_ps(v, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(cb + m * KI + (size_t)cg[m] * 16))));
         return v;
     }
     const uint16_t *c0 = c + (size_t)g * M, *c1 = c0 + M;
-    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_load_si128((const __m128i *)(cb + (size_t)c0[0] * 8))),
-                                        _mm_load_si128((const __m128i *)(cb + (size_t)c1[0] * 8)), 1);
+    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(cb + (size_t)c0[0] * 8))),
+                                        _mm_loadu_si128((const __m128i *)(cb + (size_t)c1[0] * 8)), 1);
     __m512 v = _mm512_cvtph_ps(h);
     if (!M1)
         for (size_t m = 1; m < M; m++) {
-            h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_load_si128((const __m128i *)(cb + m * KI + (size_t)c0[m] * 8))),
-                                        _mm_load_si128((const __m128i *)(cb + m * KI + (size_t)c1[m] * 8)), 1);
+            h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(cb + m * KI + (size_t)c0[m] * 8))),
+                                        _mm_loadu_si128((const __m128i *)(cb + m * KI + (size_t)c1[m] * 8)), 1);
             v = _mm512_add_ps(v, _mm512_cvtph_ps(h));
         }
     return v;
@@ -212,9 +213,9 @@ static inline __attribute__((always_inline)) void row_gather(const kvq_cpu_weigh
         for (int t = 0; t < T; t++) a[0][t] = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + t * cols + (size_t)g * IG), a[0][t]);
     }
     if (g < G) { /* odd group count with ig 8: one 8-value codeword left */
-        __m256 v = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cb + (size_t)c[g * M] * 8)));
+        __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(cb + (size_t)c[g * M] * 8)));
         for (size_t m = 1; m < M; m++)
-            v = _mm256_add_ps(v, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(cb + m * KI + (size_t)c[g * M + m] * 8))));
+            v = _mm256_add_ps(v, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(cb + m * KI + (size_t)c[g * M + m] * 8))));
         __m512 v16 = _mm512_insertf32x8(_mm512_setzero_ps(), v, 0);
         for (int t = 0; t < T; t++)
             a[1][t] = _mm512_fmadd_ps(v16, _mm512_maskz_loadu_ps(0xff, x + t * cols + (size_t)g * 8), a[1][t]);
@@ -245,4 +246,159 @@ void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n,
         w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 8, 1) : gather_rows(w, x, n, y, r0, r1, 8, 0);
     else
         w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 16, 1) : gather_rows(w, x, n, y, r0, r1, 16, 0);
+}
+
+/* ---- VBMI with int16 tables (the default LUT path on VBMI CPUs) ----
+ * One scale per token: q = round(T * 32767 / max|T|) over all tables of the
+ * token, so the S lookups of a row add up exactly in int32 and only the
+ * table rounding is lost: |error of an output| <= scale_o * S * max|T| / 65534
+ * (typically rel L2 ~4e-5; tests/test_matmul.c holds it to KVQ_LUT_I16_REL_L2).
+ * A step's table is two byte planes (low and high bytes of the 256 int16),
+ * 512 bytes. Two steps are looked up together: their four planes interleave
+ * into (A, B) int16 pairs per row, and one vpmaddwd against ones adds A + B
+ * into the int32 sum, half the shuffles of the f32 tables above. */
+
+float kvq_aqlm_lutq_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1) {
+    kvq_aqlm_lut_build_avx512(w, x, lut, g0, g1);
+    const float *p = lut + (size_t)g0 * w->M * 256, *e = lut + (size_t)g1 * w->M * 256;
+    __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
+    for (; p < e; p += 32) { /* tables are 256 floats: whole vectors */
+        m0 = _mm512_max_ps(m0, _mm512_abs_ps(_mm512_load_ps(p)));
+        m1 = _mm512_max_ps(m1, _mm512_abs_ps(_mm512_load_ps(p + 16)));
+    }
+    return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+}
+
+static const uint8_t k_even_idx[64] = {
+    0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
+    44, 46, 48, 50, 52, 54, 56, 58, 60, 62, 64, 66, 68, 70, 72, 74, 76, 78, 80, 82, 84, 86,
+    88, 90, 92, 94, 96, 98, 100, 102, 104, 106, 108, 110, 112, 114, 116, 118, 120, 122, 124, 126,
+};
+
+__attribute__((target("avx512vbmi"))) void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu_weight *w, const float *lut,
+                                                                     float inv_scale, void *qlut, size_t pair_stride,
+                                                                     int g0, int g1) {
+    __m512i even = _mm512_loadu_si512(k_even_idx), odd = _mm512_add_epi8(even, _mm512_set1_epi8(1));
+    __m512 inv = _mm512_set1_ps(inv_scale);
+    for (size_t s = (size_t)g0 * w->M; s < (size_t)g1 * w->M; s++) {
+        const float *src = lut + s * 256;
+        uint8_t *dst = (uint8_t *)qlut + s / 2 * pair_stride + (s & 1) * 512;
+        for (int q = 0; q < 4; q++) {
+            __m256i h[4];
+            for (int i = 0; i < 4; i++)
+                h[i] = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(src + 64 * q + 16 * i), inv)));
+            __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1); /* entries 64q .. +31 */
+            __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(h[2]), h[3], 1); /* 64q + 32 .. +63 */
+            _mm512_store_si512(dst + 64 * q, _mm512_permutex2var_epi8(a, even, b));       /* low bytes */
+            _mm512_store_si512(dst + 256 + 64 * q, _mm512_permutex2var_epi8(a, odd, b)); /* high bytes */
+        }
+    }
+}
+
+/* 64 bytes looked up in a 256-entry byte plane (4 zmm); the code's top bit picks the half. */
+#define KVQ_PLANE_LOOKUP(t, idx, top) \
+    _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8((t)[0], idx, (t)[1]), _mm512_permutex2var_epi8((t)[2], idx, (t)[3]))
+
+/* Tables of steps s, s+1 (512 bytes each; t[8..15] zero past the last step) into registers. */
+static inline __attribute__((always_inline)) void load_pair(__m512i t[16], const uint8_t *q, int has_b) {
+    const __m512i *ta = (const __m512i *)q;
+    for (int i = 0; i < 8; i++) t[i] = _mm512_load_si512(ta + i);
+    for (int i = 0; i < 8; i++) t[8 + i] = has_b ? _mm512_load_si512(ta + 8 + i) : _mm512_setzero_si512();
+}
+
+/* acc[64 rows, lane-permuted] += table_A[ca] + table_B[cb] for one 64-row block. */
+static inline __attribute__((always_inline, target("avx512vbmi"))) void lookup_pair(const __m512i t[16], const uint8_t *ca,
+                                                                                   const uint8_t *cb, int32_t *a) {
+    const __m512i ones = _mm512_set1_epi16(1);
+    __m512i ia = _mm512_load_si512(ca), ib = _mm512_load_si512(cb);
+    __mmask64 ma = _mm512_movepi8_mask(ia), mb = _mm512_movepi8_mask(ib);
+    __m512i alo = KVQ_PLANE_LOOKUP(t, ia, ma), ahi = KVQ_PLANE_LOOKUP(t + 4, ia, ma);
+    __m512i blo = KVQ_PLANE_LOOKUP(t + 8, ib, mb), bhi = KVQ_PLANE_LOOKUP(t + 12, ib, mb);
+    /* int16 A and B per row, then (A, B) pairs: same row order per lane as the f32 kernel */
+    __m512i a_lo = _mm512_unpacklo_epi8(alo, ahi), a_hi = _mm512_unpackhi_epi8(alo, ahi);
+    __m512i b_lo = _mm512_unpacklo_epi8(blo, bhi), b_hi = _mm512_unpackhi_epi8(blo, bhi);
+    __m512i v[4] = {_mm512_unpacklo_epi16(a_lo, b_lo), _mm512_unpackhi_epi16(a_lo, b_lo),
+                    _mm512_unpacklo_epi16(a_hi, b_hi), _mm512_unpackhi_epi16(a_hi, b_hi)};
+    for (int k = 0; k < 4; k++)
+        _mm512_store_si512(a + 16 * k, _mm512_add_epi32(_mm512_load_si512(a + 16 * k), _mm512_madd_epi16(v[k], ones)));
+}
+
+/* n rows of int32 sums (lane-permuted, n a multiple of 64) -> row order, times scale, into out (may alias acc). */
+static inline __attribute__((always_inline)) void acc_to_f32(const int32_t *acc, float scale, float *out, size_t n) {
+    __m512 sc = _mm512_set1_ps(scale);
+    for (size_t i = 0; i < n; i += 64) {
+        __m512i in[4], o[4];
+        for (int k = 0; k < 4; k++) in[k] = _mm512_load_si512(acc + i + 16 * k);
+        lanes4x4(in, o);
+        for (int k = 0; k < 4; k++) _mm512_store_ps(out + i + 16 * k, _mm512_mul_ps(sc, _mm512_cvtepi32_ps(o[k])));
+    }
+}
+
+__attribute__((target("avx512vbmi"))) void kvq_aqlm_lutq_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut,
+                                                                     float scale, float *accf, float *y, int r0, int r1) {
+    size_t S = (size_t)w->G * w->M, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad;
+    const uint8_t *codes = (const uint8_t *)w->codes + r0;
+    int32_t *acc = (int32_t *)accf;
+    for (size_t i = 0; i < n; i += 16) _mm512_store_si512(acc + i, _mm512_setzero_si512());
+    for (size_t s = 0; s < S; s += 2) {
+        int has_b = s + 1 < S; /* odd S: the last step pairs with an all-zero table */
+        __m512i t[16];
+        load_pair(t, (const uint8_t *)qlut + s * 512, has_b);
+        const uint8_t *ca = codes + s * pad, *cb = has_b ? ca + pad : ca;
+        int pf = s + 3 + KVQ_LUT_PREFETCH < S;
+        for (size_t i = 0; i < n; i += 64) {
+            if (pf) {
+                _mm_prefetch((const char *)(ca + (2 + KVQ_LUT_PREFETCH) * pad + i), _MM_HINT_T0);
+                _mm_prefetch((const char *)(cb + (2 + KVQ_LUT_PREFETCH) * pad + i), _MM_HINT_T0);
+            }
+            lookup_pair(t, ca + i, cb + i, acc + i);
+        }
+    }
+    /* Back to row order, to f32 with the token's table scale, then the row scales. */
+    acc_to_f32(acc, scale, accf, n);
+    finish(w, accf, y, r0, r1);
+}
+
+/* Many tokens per pass over the codes (prompts): rows in blocks of
+ * KVQ_LUTQ_BLOCK, within a block every step pair is looked up for all nt
+ * tokens while its codes sit in L1, so the codes are read once per call and
+ * the kernel runs at the lookup rate instead of the memory rate. The tables
+ * of one step pair for all tokens are adjacent (pair_stride = nt KB), so a
+ * block streams them in order; the int32 sums (nt x block) stay in L1. */
+#define KVQ_LUTQ_BLOCK 4096
+__attribute__((target("avx512vbmi"))) void kvq_aqlm_lutq_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts,
+                                                                     size_t pair_stride, const float *scales, int nt,
+                                                                     float *y, size_t ldy, int r0, int r1) {
+    size_t S = (size_t)w->G * w->M, pad = (size_t)w->rows_pad;
+    _Alignas(64) int32_t acc[KVQ_LUTQ_MAX_T * KVQ_LUTQ_BLOCK];
+    _Alignas(64) float out[KVQ_LUTQ_BLOCK];
+    for (int b0 = r0; b0 < r1; b0 += KVQ_LUTQ_BLOCK) {
+        size_t nb = (size_t)(r1 - b0 < KVQ_LUTQ_BLOCK ? r1 - b0 : KVQ_LUTQ_BLOCK);
+        const uint8_t *codes = (const uint8_t *)w->codes + b0;
+        memset(acc, 0, sizeof(int32_t) * KVQ_LUTQ_BLOCK * (size_t)nt);
+        for (size_t s = 0; s < S; s += 2) {
+            int has_b = s + 1 < S;
+            const uint8_t *ca = codes + s * pad, *cb = has_b ? ca + pad : ca;
+            if (s + 6 < S)
+                for (size_t i = 0; i < nb; i += 64) {
+                    _mm_prefetch((const char *)(ca + 4 * pad + i), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(ca + 5 * pad + i), _MM_HINT_T0);
+                }
+            for (int t = 0; t < nt; t++) {
+                __m512i tb[16];
+                load_pair(tb, (const uint8_t *)qluts + s / 2 * pair_stride + (size_t)t * 1024, has_b);
+                int32_t *a = acc + (size_t)t * KVQ_LUTQ_BLOCK;
+                for (size_t i = 0; i < nb; i += 64) lookup_pair(tb, ca + i, cb + i, a + i);
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            acc_to_f32(acc + (size_t)t * KVQ_LUTQ_BLOCK, scales[t], out, nb);
+            float *yt = y + (size_t)t * ldy;
+            int end = b0 + (int)nb < w->rows ? b0 + (int)nb : w->rows;
+            for (int o = b0; o < end; o += 16) {
+                __mmask16 m = end - o >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (end - o)) - 1u);
+                _mm512_mask_storeu_ps(yt + o, m, _mm512_mul_ps(_mm512_load_ps(w->scales + o), _mm512_load_ps(out + (o - b0))));
+            }
+        }
+    }
 }

@@ -239,6 +239,7 @@ static void cpu_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq
 
 const kvq_backend kvq_backend_cpu = {
     .name = "cpu",
+    .weights_in_place = 1,
     .init = cpu_init,
     .release = cpu_release,
     .describe = cpu_describe,

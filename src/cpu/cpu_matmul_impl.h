@@ -26,11 +26,16 @@ typedef enum {
     KVQ_CW_AQLM_GATHER, /* nbits > 8: gather codewords (f32) and FMA with x */
 } kvq_cw_kind;
 
+/* Which of data / codes / cb16 this weight allocated; the others point into the
+ * caller's memory (the checkpoint mapping, which outlives the weight). */
+enum { KVQ_OWN_DATA = 1, KVQ_OWN_CODES = 2, KVQ_OWN_CB16 = 4 };
+
 struct kvq_cpu_weight {
     kvq_cw_kind kind;
+    unsigned owned; /* KVQ_OWN_* bits */
     kvq_wformat fmt; /* dense storage format (kind == DENSE) */
     int rows, cols;
-    size_t bytes; /* everything this weight owns */
+    size_t bytes; /* everything the kernels read: owned copies and tensors used in place */
 
     void *data;  /* dense values, rows*cols, 64-byte aligned */
     float *bias; /* f32 [rows] or NULL */
@@ -68,7 +73,29 @@ typedef struct {
     void (*gather_gemv)(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
     /* AQLM rows [r0, r1) dequantized (scale applied) into out[(r-r0)*cols]. */
     void (*aqlm_rows)(const kvq_cpu_weight *w, int r0, int r1, float *out);
+    /* Optional int16-table LUT path (NULL: f32 tables). lutq_build: f32 tables
+     * of groups [g0, g1) as lut_build (plain f32 [256] layout), returns their
+     * max |value|; lutq_pack: those tables as q = round(T * inv_scale) int16
+     * tables (512 bytes per step; steps s, s+1 adjacent at qlut + s/2 * pair_stride,
+     * 1024 for one token); lutq_gemv: lut_gemv on one token's int16 tables
+     * (pair_stride 1024), value = q * scale. */
+    float (*lutq_build)(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
+    void (*lutq_pack)(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride, int g0,
+                      int g1);
+    void (*lutq_gemv)(const kvq_cpu_weight *w, const void *qlut, float scale, float *acc, float *y, int r0, int r1);
+    /* lutq_gemv for nt <= KVQ_LUTQ_MAX_T tokens in one pass over the codes: token t's
+     * tables packed at qluts + t*1024 with pair_stride nt*1024, scale scales[t],
+     * its outputs at y + t*ldy. */
+    void (*lutq_gemm)(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
+                      float *y, size_t ldy, int r0, int r1);
 } kvq_mm_kernels;
+
+/* Most tokens one lutq_gemm call takes (its int32 sums live on the stack). */
+#define KVQ_LUTQ_MAX_T 8
+
+/* Accuracy of the int16-table path against the f32 reference (rel L2 over a
+ * matmul's outputs) that tests/test_matmul.c holds it to; see cpu_aqlm_avx512.c. */
+#define KVQ_LUT_I16_REL_L2 2e-4
 
 /* Code of (row o, group g, codebook m) in the uploaded layout. */
 static inline uint32_t kvq_cw_code(const kvq_cpu_weight *w, size_t o, size_t g, size_t m) {
@@ -83,10 +110,17 @@ static inline float kvq_cw_val(const kvq_cpu_weight *w, size_t m, uint32_t c, si
 }
 
 /* AVX-512 VBMI (byte permutes) turns the LUT lookups into register shuffles:
- * used with the AVX-512 ISA when the CPU has it. kvq_cpu_set_vbmi(0) turns it
- * off (tests cover both paths); returns the previous setting. */
+ * used with the AVX-512 ISA when the CPU has it. kvq_cpu_set_vbmi(level):
+ * 0 off, 1 f32 tables, 2 int16 tables (the default); tests cover all three.
+ * Returns the previous setting. */
 int kvq_cpu_has_vbmi(void);
 int kvq_cpu_set_vbmi(int on);
+/* AMX tiles for batches of KVQ_AMX_MIN_N tokens or more, on CPUs (and kernels)
+ * that have them; kvq_cpu_set_amx(0) turns them off. Accuracy against the f32
+ * reference (rel L2) that tests/test_matmul.c holds the path to: */
+int kvq_cpu_has_amx(void);
+int kvq_cpu_set_amx(int on);
+#define KVQ_AMX_REL_L2 3e-5
 
 /* cpu_aqlm.c: AQLM upload (fills the AQLM fields of w, adds to w->bytes). */
 int kvq_cpu_aqlm_init(kvq_cpu_weight *w, const kvq_weight_desc *d);
@@ -99,6 +133,17 @@ void kvq_aqlm_lut_build_scalar(const kvq_cpu_weight *w, const float *x, float *l
 void kvq_aqlm_lut_gemv_scalar(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
 void kvq_aqlm_gather_gemv_scalar(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 void kvq_aqlm_rows_scalar(const kvq_cpu_weight *w, int r0, int r1, float *out);
+
+#if defined(__aarch64__)
+/* cpu_matmul_neon.c */
+void kvq_dense_gemv_neon(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
+void kvq_gemm_neon(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy);
+float kvq_aqlm_lutq_build_neon(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
+void kvq_aqlm_lutq_pack_neon(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
+                             int g0, int g1);
+void kvq_aqlm_lutq_gemv_neon(const kvq_cpu_weight *w, const void *qlut, float scale, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_gather_gemv_neon(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
+#endif
 
 #if defined(__x86_64__)
 /* cpu_dense_avx2.c / cpu_aqlm_avx2.c */
@@ -117,6 +162,18 @@ void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, float *
 void kvq_aqlm_lut_build_vbmi(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
 void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
 void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
+/* cpu_amx_avx512.c: bf16 tiles with hi/lo splits (see there). */
+int kvq_amx_probe(void);
+void kvq_amx_pack_x(const float *x, int n, int cols, int t0, int t1, int kp, uint16_t *xh, uint16_t *xl);
+void kvq_amx_pack_w(const float *W, size_t ldw, int nr, int cols, int kp, uint32_t *bh, uint32_t *bl);
+void kvq_amx_block(const uint16_t *xh, const uint16_t *xl, int n, int kp, const uint32_t *bh, const uint32_t *bl, int nr,
+                   float *y, size_t ldy);
+float kvq_aqlm_lutq_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
+void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
+                             int g0, int g1);
+void kvq_aqlm_lutq_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut, float scale, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_lutq_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
+                             float *y, size_t ldy, int r0, int r1);
 #endif
 
 #endif

@@ -34,9 +34,9 @@ struct kvq_kvbuf {
 };
 
 enum {
-    ATTN_BP = 32,        /* positions per block (attn_fused.comp BP) */
-    ATTN_TARGET_WG = 64, /* workgroups worth splitting positions for */
-    ATTN_MIN_BLOCKS = 4, /* fewest blocks a split gets */
+    ATTN_TARGET_GPU = 256, /* workgroups worth splitting positions for: enough to fill a large GPU, */
+    ATTN_TARGET_CPU = 32,  /* or the few cores of a software device */
+    ATTN_MIN_BLOCKS = 2,   /* fewest blocks a split gets */
     HD_MAX = 512,        /* shared-memory sizing of the shaders */
 };
 
@@ -62,8 +62,20 @@ kvq_kvbuf *kvq_vk_kv_new(kvq_bctx *b, const kvq_kv_desc *d) {
         kvq_fail(KVQ_ERR_UNSUPPORTED, "vulkan: KV rotation needs a power-of-two head_dim, not %d", hd);
         return NULL;
     }
-    if (d->n_layer <= 0 || d->n_ctx <= 0 || d->n_head_kv <= 0) {
-        kvq_fail(KVQ_ERR_ARG, "vulkan: empty KV cache shape");
+    if (d->n_layer <= 0 || d->n_ctx <= 0 || d->n_head_kv <= 0 || (unsigned)d->type_k > KVQ_CACHE_Q4 ||
+        (unsigned)d->type_v > KVQ_CACHE_Q4) {
+        kvq_fail(KVQ_ERR_ARG, "vulkan: bad KV cache shape or type");
+        return NULL;
+    }
+    /* More than the device has can only fail (or, on drivers that overcommit, fail later): say so now. */
+    VkDeviceSize heap = 0;
+    for (uint32_t i = 0; i < b->mem_props.memoryHeapCount; i++)
+        if (b->mem_props.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT && b->mem_props.memoryHeaps[i].size > heap)
+            heap = b->mem_props.memoryHeaps[i].size;
+    const double need = (double)kvq_vk_kv_bytes(b, d, 1) * d->n_ctx;
+    if (heap && need > (double)heap) {
+        kvq_fail(KVQ_ERR_NOMEM, "vulkan: the KV cache needs %.0f MiB, more than the device's %.0f MiB of memory; use a "
+                 "smaller context or cache type", need / 1048576.0, (double)heap / 1048576.0);
         return NULL;
     }
     kvq_kvbuf *kv = calloc(1, sizeof *kv);
@@ -135,15 +147,24 @@ void kvq_vk_kv_store(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, co
     struct {
         uint32_t n_head_kv, n_ctx, pos0, type_k, type_v, rot_k, rot_v, kbase, vbase, krow, vrow;
         float hscale;
-    } pc = {(uint32_t)d->n_head_kv, (uint32_t)d->n_ctx, (uint32_t)pos0, (uint32_t)d->type_k, (uint32_t)d->type_v,
+        uint32_t t0;
+    } pc = {(uint32_t)d->n_head_kv, (uint32_t)d->n_ctx, 0, (uint32_t)d->type_k, (uint32_t)d->type_v,
             (uint32_t)!!d->rotate_k, (uint32_t)!!d->rotate_v, 0, 0, (uint32_t)(kv->row[0] / 4),
-            (uint32_t)(kv->row[1] / 4), 1.0f / sqrtf((float)d->head_dim)};
+            (uint32_t)(kv->row[1] / 4), 1.0f / sqrtf((float)d->head_dim), 0};
     const kvq_buf *kb = layer_buf(kv, 0, layer, &pc.kbase), *vb = layer_buf(kv, 1, layer, &pc.vbase);
     const uint32_t spec[1] = {(uint32_t)d->head_dim};
     const vk_pipe *p = vk_pipe_get(b, "kv_store", spec, 1);
     vk_bind bind[4] = {vk_whole(k), vk_whole(v), vk_whole(kb), vk_whole(vb)};
-    vk_dispatch(b, p, bind, 4, &pc, sizeof pc, (uint32_t)d->n_head_kv * (uint32_t)n, 1, 2);
+    const int step = b->max_groups[1] < 65535 ? (int)b->max_groups[1] : 65535; /* tokens per dispatch (y) */
+    for (int t0 = 0; t0 < n; t0 += step) {
+        pc.t0 = (uint32_t)t0;
+        pc.pos0 = (uint32_t)(pos0 + t0);
+        vk_dispatch(b, p, bind, 4, &pc, sizeof pc, (uint32_t)d->n_head_kv, (uint32_t)(n - t0 < step ? n - t0 : step), 2);
+    }
 }
+
+/* Positions per block of attn_fused (its BP): 64 for a single row, else 32. */
+static int attn_bp(int R) { return R == 1 ? 64 : 32; }
 
 /* Rows per attention workgroup: enough to hold a decode step's GQA group or a
  * prompt tile, bounded so q rows (R x hd floats) stay within 8 KiB of shared memory. */
@@ -165,10 +186,11 @@ static void attn_chunk(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_at
     const int hd = d->head_dim, n_rep = a->n_head / a->n_head_kv, rows = n * n_rep;
     const int R = attn_rows(rows, hd), n_tiles = (rows + R - 1) / R;
     const int lo = a->window > 0 && pos0 - a->window + 1 > 0 ? pos0 - a->window + 1 : 0;
-    const int nb = (pos0 + n - 1) / ATTN_BP - lo / ATTN_BP + 1;
+    const int bp = attn_bp(R), nb = (pos0 + n - 1) / bp - lo / bp + 1;
     const size_t nr = (size_t)n * a->n_head, split_bytes = nr * (size_t)(hd + 2) * sizeof(float);
     const int items = n_tiles * a->n_head_kv;
-    int split = (ATTN_TARGET_WG + items - 1) / items, smax = (nb + ATTN_MIN_BLOCKS - 1) / ATTN_MIN_BLOCKS;
+    const int target = b->software ? ATTN_TARGET_CPU : ATTN_TARGET_GPU;
+    int split = (target + items - 1) / items, smax = (nb + ATTN_MIN_BLOCKS - 1) / ATTN_MIN_BLOCKS;
     if ((size_t)smax > budget / split_bytes) smax = (int)(budget / split_bytes);
     if (split > smax) split = smax;
     if (split < 1) split = 1;
@@ -179,17 +201,16 @@ static void attn_chunk(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_at
     kvq_buf *part = vk_scratch(b, 0, (size_t)split * split_bytes);
     if (!part) return;
     struct {
-        uint32_t n, pos0, n_ctx, n_head, n_rep, window, type_k, type_v, rot_k, kbase, vbase, krow, vrow, bps, ml_off,
-            q_off;
+        uint32_t n, pos0, n_ctx, n_head, n_rep, window, rot_k, kbase, vbase, krow, vrow, bps, ml_off, q_off;
         float scale, hscale;
     } pc = {(uint32_t)n, (uint32_t)pos0, (uint32_t)d->n_ctx, (uint32_t)a->n_head, (uint32_t)n_rep,
-            (uint32_t)(a->window > 0 ? a->window : 0), (uint32_t)d->type_k, (uint32_t)d->type_v, (uint32_t)!!d->rotate_k,
+            (uint32_t)(a->window > 0 ? a->window : 0), (uint32_t)!!d->rotate_k,
             0, 0, (uint32_t)(kv->row[0] / 4), (uint32_t)(kv->row[1] / 4), (uint32_t)bps, (uint32_t)acc_words,
             (uint32_t)q_off, a->scale, 1.0f / sqrtf((float)hd)};
     const kvq_buf *kb = layer_buf(kv, 0, layer, &pc.kbase), *vb = layer_buf(kv, 1, layer, &pc.vbase);
-    const uint32_t spec[2] = {(uint32_t)hd, (uint32_t)R};
+    const uint32_t spec[4] = {(uint32_t)hd, (uint32_t)R, (uint32_t)d->type_k, (uint32_t)d->type_v};
     vk_bind bind[4] = {vk_whole(q), vk_whole(kb), vk_whole(vb), vk_whole(part)};
-    vk_dispatch(b, vk_pipe_get(b, "attn_fused", spec, 2), bind, 4, &pc, sizeof pc, (uint32_t)n_tiles,
+    vk_dispatch(b, vk_pipe_get(b, "attn_fused", spec, 4), bind, 4, &pc, sizeof pc, (uint32_t)n_tiles,
                 (uint32_t)a->n_head_kv, (uint32_t)split);
 
     struct {
@@ -220,9 +241,11 @@ void kvq_vk_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_att
                  per_query);
         return;
     }
-    const int chunk = budget / per_query < (size_t)n ? (int)(budget / per_query) : n;
-    for (int q0 = 0; q0 < n; q0 += chunk) {
-        const int nq = n - q0 < chunk ? n - q0 : chunk;
+    size_t chunk = budget / per_query;
+    if (chunk > 65535) chunk = 65535; /* the merge pass puts queries on y */
+    if (chunk > (size_t)n) chunk = (size_t)n;
+    for (int q0 = 0; q0 < n; q0 += (int)chunk) {
+        const int nq = n - q0 < (int)chunk ? n - q0 : (int)chunk;
         attn_chunk(b, kv, layer, a, q, out, pos0 + q0, nq, (size_t)q0 * a->n_head * d->head_dim, budget);
     }
 }

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Cross-compiles the NEON attention kernels with the reference and a small
-# test main for aarch64 (static) and runs it under qemu-aarch64.
+# Cross-compiles the NEON attention and matmul kernels with the reference and
+# small test mains for aarch64 (static) and runs them under qemu-aarch64.
 # Usage: tests/neon/run.sh [build-dir]. Exits non-zero on failure; prints
 # SKIP and exits 77 (ctest's skip code) only when the cross compiler or qemu is not installed.
 set -eu
@@ -21,8 +21,20 @@ SRC="$ROOT/tests/neon/neon_test.c $ROOT/src/ref/ref_kv.c $ROOT/src/cpu/cpu_kv.c 
 FLAGS="-O2 -static -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror -I$ROOT/src -I$ROOT/include"
 # Threads when the toolchain has a static libgomp; cpu_kv.c also builds without OpenMP.
 # shellcheck disable=SC2086
+OMP=1
 if ! $CC $FLAGS -fopenmp $SRC -lm -o "$OUT/neon_test" 2>"$OUT/omp.log"; then
     echo "note: no static OpenMP for aarch64, building single-threaded"
     $CC $FLAGS -Wno-unknown-pragmas $SRC -lm -o "$OUT/neon_test"
+    OMP=0
 fi
 "$QEMU" "$OUT/neon_test"
+# Matmul kernels: cpu_matmul.c needs OpenMP, so without a static libgomp this part is skipped.
+MSRC="$ROOT/tests/neon/neon_matmul_test.c $ROOT/src/ref/ref_weights.c $ROOT/src/cpu/cpu_matmul.c $ROOT/src/cpu/cpu_aqlm.c
+      $ROOT/src/cpu/cpu_matmul_neon.c $ROOT/src/util.c $ROOT/src/cpu/cpu_features.c"
+if [ "$OMP" = 1 ]; then
+    # shellcheck disable=SC2086
+    $CC $FLAGS -fopenmp $MSRC -lm -o "$OUT/neon_matmul_test" 2>"$OUT/omp_matmul.log" || { cat "$OUT/omp_matmul.log" >&2; exit 1; }
+    "$QEMU" "$OUT/neon_matmul_test"
+else
+    echo "note: NEON matmul kernels not tested (no static libgomp for aarch64)"
+fi

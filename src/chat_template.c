@@ -1,0 +1,436 @@
+/* Chat templates: the families whose HF Jinja templates we render, recognized
+ * from the template text in tokenizer_config.json and reproduced in C (no Jinja
+ * interpreter). Each renderer follows its HF template character for character,
+ * including where BOS goes (as text: tokenizing the result matches it as the
+ * special token, so the caller must not add another BOS). */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
+
+typedef enum { F_NONE, F_LLAMA2, F_LLAMA3, F_MISTRAL, F_CHATML, F_PHI3, F_GEMMA, F_COMMAND_R } family;
+
+static const char *const FAMILY_NAMES[] = {"none", "llama2", "llama3", "mistral", "chatml", "phi3", "gemma", "command-r"};
+
+struct kvq_chat_template {
+    family fam;
+    char *bos, *eos;        /* token texts from tokenizer_config.json ("" when absent) */
+    int use_bos;            /* "none": add_bos_token is not false */
+    int gen_always;         /* the template appends the generation prompt unconditionally */
+    int llama31;            /* Llama-3.1/3.2 system header with dates */
+    int date_today;         /* 3.2: strftime_now(): today's date, else "26 Jul 2024" */
+    int mistral_v1;         /* '[INST] ' without the leading space, content + eos */
+    int bos_prefix;         /* chatml / phi3 variants that start with {{ bos_token }} */
+    int phi3_eos;           /* phi3: eos_token at the end when no generation prompt */
+    const char *default_sys; /* chatml (Qwen): system message used when none is given */
+};
+
+/* ---- growable string ---- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
+
+/* Python str.strip(): Unicode White_Space plus the ASCII separators 0x1c-0x1f. */
+static size_t ws_len(const unsigned char *s, size_t n) {
+    if (!n) return 0;
+    unsigned c = s[0];
+    if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return 1;
+    if (c == 0xc2 && n >= 2 && (s[1] == 0x85 || s[1] == 0xa0)) return 2;
+    if (c == 0xe1 && n >= 3 && s[1] == 0x9a && s[2] == 0x80) return 3; /* U+1680 */
+    if (c == 0xe2 && n >= 3 && s[1] == 0x80 && (s[2] <= 0x8a || s[2] == 0xa8 || s[2] == 0xa9 || s[2] == 0xaf)) return 3;
+    if (c == 0xe2 && n >= 3 && s[1] == 0x81 && s[2] == 0x9f) return 3; /* U+205F */
+    if (c == 0xe3 && n >= 3 && s[1] == 0x80 && s[2] == 0x80) return 3; /* U+3000 */
+    return 0;
+}
+/* Length of the whitespace sequence ending at s[n-1]. */
+static size_t ws_len_back(const unsigned char *s, size_t n) {
+    for (size_t k = 1; k <= 3 && k <= n; k++)
+        if (ws_len(s + n - k, k) == k) return k;
+    return 0;
+}
+static void put_strip(sbuf *b, const char *s) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = strlen(s), k;
+    while (n && (k = ws_len(u, n))) u += k, n -= k;
+    while (n && (k = ws_len_back(u, n))) n -= k;
+    put(b, (const char *)u, n);
+}
+
+/* ---- loading ---- */
+
+const char *kvq_chat_template_detect(const char *text) {
+    if (!text) return "none";
+    if (strstr(text, "<|start_header_id|>")) return "llama3";
+    if (strstr(text, "<|im_start|>")) return "chatml";
+    if (strstr(text, "<|user|>") && strstr(text, "<|end|>")) return "phi3";
+    if (strstr(text, "<start_of_turn>")) return "gemma";
+    if (strstr(text, "<|START_OF_TURN_TOKEN|>")) return "command-r";
+    if (strstr(text, "[INST]")) return strstr(text, "<<SYS>>") ? "llama2" : "mistral";
+    return NULL;
+}
+
+static int family_of(const char *name) {
+    for (int i = 0; i < (int)(sizeof FAMILY_NAMES / sizeof *FAMILY_NAMES); i++)
+        if (!strcmp(name, FAMILY_NAMES[i])) return i;
+    return -1;
+}
+
+static const char *token_text(const cJSON *j) {
+    if (cJSON_IsString(j)) return j->valuestring;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "content");
+    return cJSON_IsString(c) ? c->valuestring : "";
+}
+
+/* The template text: a string, or the "default" entry of a list of {name, template}. */
+static const char *template_text(const cJSON *ct) {
+    if (cJSON_IsString(ct)) return ct->valuestring;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, ct) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, "name"), *t = cJSON_GetObjectItemCaseSensitive(e, "template");
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, "default") && cJSON_IsString(t)) return t->valuestring;
+    }
+    return NULL;
+}
+
+static char *read_all(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    sbuf b = {0};
+    char chunk[8192];
+    size_t r;
+    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) put(&b, chunk, r);
+    fclose(f);
+    if (b.oom || !b.p) {
+        free(b.p);
+        return b.oom ? NULL : calloc(1, 1);
+    }
+    return b.p;
+}
+
+static void set_variant(kvq_chat_template *t, const char *text) {
+    if (!text) return;
+    t->gen_always = t->fam == F_LLAMA3 && !strstr(text, "add_generation_prompt");
+    t->llama31 = strstr(text, "Cutting Knowledge Date") != NULL;
+    t->date_today = strstr(text, "strftime_now") != NULL;
+    t->mistral_v1 = t->fam == F_MISTRAL && !strstr(text, "' [INST] '");
+    t->bos_prefix = strstr(text, "{{ bos_token }}") || strstr(text, "{{bos_token}}") || strstr(text, "{{- bos_token }}");
+    if (t->fam == F_PHI3) t->phi3_eos = strstr(text, "eos_token") != NULL;
+    if (strstr(text, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."))
+        t->default_sys = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+    else if (strstr(text, "You are a helpful assistant.") && t->fam == F_CHATML)
+        t->default_sys = "You are a helpful assistant.";
+}
+
+kvq_status kvq_chat_template_load(const char *dir, const char *name, kvq_chat_template **out) {
+    if (!dir || !out) return kvq_fail(KVQ_ERR_ARG, "kvq_chat_template_load: no directory given");
+    *out = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    cJSON *cfg = NULL;
+    char *text = read_all(path);
+    if (text) {
+        cfg = cJSON_Parse(text);
+        free(text);
+        if (!cfg) return kvq_fail(KVQ_ERR_FORMAT, "%s: not valid JSON", path);
+    }
+    kvq_chat_template *t = calloc(1, sizeof *t);
+    char *jinja = NULL;
+    kvq_status st = KVQ_OK;
+    if (!t) {
+        st = kvq_fail(KVQ_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    const char *bos = token_text(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token"));
+    const char *eos = token_text(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token"));
+    t->bos = strdup(bos);
+    t->eos = strdup(eos);
+    t->use_bos = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token")) && *bos;
+    const char *tt = template_text(cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"));
+    if (!tt) {
+        /* newer transformers keep the template in its own file */
+        snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+        tt = jinja = read_all(path);
+    }
+    if (!t->bos || !t->eos) {
+        st = kvq_fail(KVQ_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    const char *fam = name;
+    if (!fam) {
+        fam = kvq_chat_template_detect(tt);
+        if (!fam) {
+            st = kvq_fail(KVQ_ERR_UNSUPPORTED, "%s/tokenizer_config.json: chat_template not recognized (give --chat-template NAME)", dir);
+            goto out;
+        }
+    }
+    int f = family_of(fam);
+    if (f < 0) {
+        st = kvq_fail(KVQ_ERR_ARG, "unknown chat template '%s' (none, llama2, llama3, mistral, chatml, phi3, gemma, command-r)", fam);
+        goto out;
+    }
+    t->fam = (family)f;
+    t->phi3_eos = 1; /* as Phi-3's template, when only the name is given */
+    /* variant flags only from a template of the same family */
+    if (tt && name && kvq_chat_template_detect(tt) && !strcmp(kvq_chat_template_detect(tt), name)) set_variant(t, tt);
+    else if (tt && !name) set_variant(t, tt);
+out:
+    free(jinja);
+    cJSON_Delete(cfg);
+    if (st) {
+        kvq_chat_template_free(t);
+        return st;
+    }
+    *out = t;
+    return KVQ_OK;
+}
+
+void kvq_chat_template_free(kvq_chat_template *t) {
+    if (!t) return;
+    free(t->bos);
+    free(t->eos);
+    free(t);
+}
+
+const char *kvq_chat_template_name(const kvq_chat_template *t) { return t ? FAMILY_NAMES[t->fam] : "none"; }
+
+/* ---- renderers ---- */
+
+static int is(const kvq_chat_msg *m, const char *role) { return m->role && !strcmp(m->role, role); }
+
+/* [INST] families: after the optional system message, user and assistant alternate. */
+static int check_alternation(const kvq_chat_msg *m, int n) {
+    for (int i = 0; i < n; i++)
+        if (is(&m[i], "user") != (i % 2 == 0) || (!is(&m[i], "user") && !is(&m[i], "assistant")))
+            return kvq_fail(KVQ_ERR_ARG, "chat template: after an optional system message, roles must alternate user/assistant"), -1;
+    return 0;
+}
+
+static int render_llama2(const kvq_chat_template *t, const kvq_chat_msg *m, int n, sbuf *b) {
+    const char *sys = NULL;
+    if (n && is(&m[0], "system")) sys = m[0].content, m++, n--;
+    if (check_alternation(m, n)) return -1;
+    for (int i = 0; i < n; i++) {
+        sbuf c = {0};
+        if (i == 0 && sys) {
+            puts_(&c, "<<SYS>>\n");
+            puts_(&c, sys);
+            puts_(&c, "\n<</SYS>>\n\n");
+        }
+        puts_(&c, m[i].content);
+        if (c.oom) return -1;
+        if (is(&m[i], "user")) {
+            puts_(b, t->bos);
+            puts_(b, "[INST] ");
+            put_strip(b, c.p ? c.p : "");
+            puts_(b, " [/INST]");
+        } else {
+            puts_(b, " ");
+            put_strip(b, c.p ? c.p : "");
+            puts_(b, " ");
+            puts_(b, t->eos);
+        }
+        free(c.p);
+    }
+    return 0;
+}
+
+static int render_mistral(const kvq_chat_template *t, const kvq_chat_msg *m, int n, sbuf *b) {
+    const char *sys = NULL;
+    if (n && is(&m[0], "system")) sys = m[0].content, m++, n--;
+    if (check_alternation(m, n)) return -1;
+    puts_(b, t->bos);
+    for (int i = 0; i < n; i++) {
+        if (is(&m[i], "user")) {
+            puts_(b, t->mistral_v1 ? "[INST] " : " [INST] ");
+            if (i == 0 && sys) {
+                puts_(b, sys);
+                puts_(b, "\n\n");
+            }
+            puts_(b, m[i].content);
+            puts_(b, " [/INST]");
+        } else {
+            if (!t->mistral_v1) puts_(b, " ");
+            puts_(b, m[i].content);
+            puts_(b, t->eos);
+        }
+    }
+    return 0;
+}
+
+static void put_header(sbuf *b, const char *role) {
+    puts_(b, "<|start_header_id|>");
+    puts_(b, role);
+    puts_(b, "<|end_header_id|>\n\n");
+}
+
+static int render_llama3(const kvq_chat_template *t, const kvq_chat_msg *m, int n, int gen, sbuf *b) {
+    if (t->llama31) {
+        /* 3.1 / 3.2: a system turn always, with the knowledge and today's dates */
+        char date[32] = "26 Jul 2024";
+        if (t->date_today) {
+            time_t now = time(NULL);
+            struct tm tm;
+            gmtime_r(&now, &tm);
+            strftime(date, sizeof date, "%d %b %Y", &tm);
+        }
+        puts_(b, t->bos);
+        put_header(b, "system");
+        puts_(b, "Cutting Knowledge Date: December 2023\nToday Date: ");
+        puts_(b, date);
+        puts_(b, "\n\n");
+        if (n && is(&m[0], "system")) put_strip(b, m[0].content), m++, n--;
+        puts_(b, "<|eot_id|>");
+    }
+    for (int i = 0; i < n; i++) {
+        if (i == 0 && !t->llama31) puts_(b, t->bos);
+        put_header(b, m[i].role ? m[i].role : "");
+        put_strip(b, m[i].content);
+        puts_(b, "<|eot_id|>");
+    }
+    if (gen || t->gen_always) put_header(b, "assistant");
+    return 0;
+}
+
+static int render_chatml(const kvq_chat_template *t, const kvq_chat_msg *m, int n, int gen, sbuf *b) {
+    if (t->bos_prefix) puts_(b, t->bos);
+    if (t->default_sys && (!n || !is(&m[0], "system"))) {
+        puts_(b, "<|im_start|>system\n");
+        puts_(b, t->default_sys);
+        puts_(b, "<|im_end|>\n");
+    }
+    for (int i = 0; i < n; i++) {
+        puts_(b, "<|im_start|>");
+        puts_(b, m[i].role ? m[i].role : "");
+        puts_(b, "\n");
+        puts_(b, m[i].content);
+        puts_(b, "<|im_end|>\n");
+    }
+    if (gen) puts_(b, "<|im_start|>assistant\n");
+    return 0;
+}
+
+static int render_phi3(const kvq_chat_template *t, const kvq_chat_msg *m, int n, int gen, sbuf *b) {
+    if (t->bos_prefix) puts_(b, t->bos);
+    for (int i = 0; i < n; i++) {
+        const char *tag = is(&m[i], "system") ? "<|system|>\n" : is(&m[i], "user") ? "<|user|>\n"
+                        : is(&m[i], "assistant") ? "<|assistant|>\n" : NULL;
+        if (!tag) continue; /* the template skips other roles */
+        puts_(b, tag);
+        puts_(b, m[i].content);
+        puts_(b, "<|end|>\n");
+    }
+    if (gen) puts_(b, "<|assistant|>\n");
+    else if (t->phi3_eos) puts_(b, t->eos);
+    return 0;
+}
+
+static int render_gemma(const kvq_chat_template *t, const kvq_chat_msg *m, int n, int gen, sbuf *b) {
+    const char *sys = NULL;
+    if (n && is(&m[0], "system")) sys = m[0].content, m++, n--;
+    puts_(b, t->bos);
+    for (int i = 0; i < n; i++) {
+        puts_(b, "<start_of_turn>");
+        puts_(b, is(&m[i], "assistant") ? "model" : m[i].role ? m[i].role : "");
+        puts_(b, "\n");
+        if (i == 0 && sys) { /* Gemma 3: the system text opens the first turn */
+            puts_(b, sys);
+            puts_(b, "\n\n");
+        }
+        put_strip(b, m[i].content);
+        puts_(b, "<end_of_turn>\n");
+    }
+    if (gen) puts_(b, "<start_of_turn>model\n");
+    return 0;
+}
+
+static int render_command_r(const kvq_chat_template *t, const kvq_chat_msg *m, int n, int gen, sbuf *b) {
+    puts_(b, t->bos);
+    if (n && is(&m[0], "system")) {
+        puts_(b, "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>");
+        puts_(b, m[0].content);
+        puts_(b, "<|END_OF_TURN_TOKEN|>");
+        m++, n--;
+    }
+    if (check_alternation(m, n)) return -1;
+    for (int i = 0; i < n; i++) {
+        puts_(b, is(&m[i], "user") ? "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>" : "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+        put_strip(b, m[i].content);
+        puts_(b, "<|END_OF_TURN_TOKEN|>");
+    }
+    if (gen) puts_(b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+    return 0;
+}
+
+/* No template: the running text. Each user or system message starts on a new line;
+ * replies continue the text as generated. */
+static int render_none(const kvq_chat_template *t, const kvq_chat_msg *m, int n, sbuf *b) {
+    if (t->use_bos) puts_(b, t->bos);
+    size_t start = b->n;
+    for (int i = 0; i < n; i++) {
+        if (!is(&m[i], "assistant") && b->n > start && b->p[b->n - 1] != '\n') puts_(b, "\n");
+        puts_(b, m[i].content);
+    }
+    return 0;
+}
+
+int kvq_chat_render(const kvq_chat_template *t, const kvq_chat_msg *msgs, int n, int add_generation_prompt, char *out,
+                    size_t size) {
+    if (!t || n < 0 || (n && !msgs)) return kvq_fail(KVQ_ERR_ARG, "kvq_chat_render: bad arguments"), -1;
+    for (int i = 0; i < n; i++)
+        if (!msgs[i].content || !msgs[i].role) return kvq_fail(KVQ_ERR_ARG, "kvq_chat_render: message %d has no role or content", i), -1;
+    sbuf b = {0};
+    puts_(&b, "");
+    int r = 0, gen = add_generation_prompt;
+    switch (t->fam) {
+    case F_NONE: r = render_none(t, msgs, n, &b); break;
+    case F_LLAMA2: r = render_llama2(t, msgs, n, &b); break;
+    case F_LLAMA3: r = render_llama3(t, msgs, n, gen, &b); break;
+    case F_MISTRAL: r = render_mistral(t, msgs, n, &b); break;
+    case F_CHATML: r = render_chatml(t, msgs, n, gen, &b); break;
+    case F_PHI3: r = render_phi3(t, msgs, n, gen, &b); break;
+    case F_GEMMA: r = render_gemma(t, msgs, n, gen, &b); break;
+    case F_COMMAND_R: r = render_command_r(t, msgs, n, gen, &b); break;
+    }
+    if (b.oom) {
+        kvq_fail(KVQ_ERR_NOMEM, "out of memory");
+        r = -1;
+    }
+    if (r) {
+        free(b.p);
+        return -1;
+    }
+    if (out && size) {
+        size_t k = b.n < size - 1 ? b.n : size - 1;
+        memcpy(out, b.p, k);
+        out[k] = 0;
+    }
+    int len = b.n > 0x7fffffff ? -1 : (int)b.n;
+    free(b.p);
+    if (len < 0) kvq_fail(KVQ_ERR_ARG, "kvq_chat_render: rendered text too long");
+    return len;
+}
