@@ -73,7 +73,8 @@ static kvq_status nomem(const kvq_tokenizer *t) { return kvq_fail(KVQ_ERR_NOMEM,
 static int json_int(const cJSON *j, long lo, long hi, long *out) {
     if (!cJSON_IsNumber(j)) return 0;
     double v = j->valuedouble;
-    if (v != (double)(long)v || v < (double)lo || v > (double)hi) return 0;
+    /* range first: converting an out-of-range double to long is undefined */
+    if (!(v >= (double)lo && v <= (double)hi) || v != (double)(long)v) return 0;
     *out = (long)v;
     return 1;
 }

@@ -217,9 +217,10 @@ static void write_tokenizer(const mm_model *m, const char *dir) {
         "\"<unk>\":0,\"<s>\":1,\"</s>\":2");
     for (int b = 0; b < 256; b++) n += (size_t)snprintf(j + n, cap - n, ",\"<0x%02X>\":%d", b, 3 + b);
     n += (size_t)snprintf(j + n, cap - n,
-                          ",\"" SP "\":259,\"a\":260,\"b\":261,\"" SP "a\":262,\"ab\":263,\"" SP "ab\":264},"
+                          ",\"" SP "\":259,\"a\":260,\"b\":261,\"" SP "a\":262,\"ab\":263,\"" SP "ab\":264%s%s},"
                           "\"merges\":[\"" SP " a\",\"a b\",\"" SP "a b\"%s%s%s]}}\n",
-                          m->extra_merge ? ",\"" : "", m->extra_merge ? m->extra_merge : "", m->extra_merge ? "\"" : "");
+                          m->extra_vocab ? "," : "", m->extra_vocab ? m->extra_vocab : "", m->extra_merge ? ",\"" : "",
+                          m->extra_merge ? m->extra_merge : "", m->extra_merge ? "\"" : "");
     put_file(dir, "tokenizer.json", j, n);
     free(j);
     static const char tc[] = "{\"bos_token\":\"<s>\",\"eos_token\":\"</s>\",\"add_bos_token\":true}\n";

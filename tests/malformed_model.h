@@ -25,6 +25,7 @@ typedef struct {
     const char *extra_config; /* raw JSON members appended to config.json, or NULL */
     /* tokenizer.json */
     const char *extra_merge;  /* one more merge rule, e.g. "a zz" */
+    const char *extra_vocab;  /* raw JSON members appended to model.vocab, or NULL */
     int sharded;              /* two shards + model.safetensors.index.json */
     mm_tensor t[96];
     int n;

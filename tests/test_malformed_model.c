@@ -130,6 +130,7 @@ static void small_vocab(mm_model *m) {
     mm_build(m);
 }
 static void bad_merge(mm_model *m) { m->extra_merge = "a zz"; }
+static void huge_token_id(mm_model *m) { m->extra_vocab = "\"zz\": 4.4e73"; } /* found by fuzzing: UB converting it */
 static void bad_config_json(mm_model *m) { m->extra_config = "\"broken\": [1, 2"; }
 static void bad_nbits(mm_model *m) { m->nbits = 40; }
 static void odd_head_dim(mm_model *m) { m->extra_config = "\"head_dim\": 33"; }
@@ -172,6 +173,7 @@ static const mcase CASES[] = {
     {"missing_shard", 1, 1, NULL, rm_shard2, "model-00002-of-00002.safetensors", "named in model.safetensors.index.json is missing"},
     {"empty_shard", 1, 1, NULL, del_shard2, "model-00002-of-00002.safetensors", "empty"},
     {"merge_unknown_token", 1, 0, bad_merge, NULL, "tokenizer.json", "uses a piece not in the vocab"},
+    {"token_id_absurd", 1, 0, huge_token_id, NULL, "tokenizer.json", "model.vocab entry \"zz\" has no valid id"},
 };
 
 static void run_case(const mcase *c) {
