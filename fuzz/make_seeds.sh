@@ -6,7 +6,7 @@ set -eu
 out=$1
 shared=$2
 shift 2
-targets=${*:-"safetensors st_index config tokenizer_load encode decode"}
+targets=${*:-"safetensors st_index config tokenizer_load encode decode chat_template"}
 src=$(cd "$(dirname "$0")/.." && pwd)
 command -v jq >/dev/null && command -v perl >/dev/null || { echo "make_seeds: needs jq and perl" >&2; exit 77; }
 fx=$shared/fixtures
@@ -97,6 +97,14 @@ for t in $targets; do
             sel=$((sel + 1))
         done
         perl -e 'binmode STDOUT; print chr(0), pack("l<*", -1, 0, 1, 2, 3, 2147483647, -2147483648, 31999, 32000, 128000, 128255)' >"$d/edge" ;;
+    chat_template)
+        # byte 0: family * 2 + generation prompt; messages: role byte (mod 4: 0 system, 1 user, 2 assistant) + text, NUL-separated
+        for f in 0 1 2 3 4 5 6 7; do
+            printf "\\$(printf '%03o' $((f * 2 + 1)))\004You are terse.\000\001Hello there\000\002Hi! How can I help?\000\001Tell me a joke" >"$d/conv$f"
+            printf "\\$(printf '%03o' $((f * 2)))\001Only one user turn" >"$d/one$f"
+        done
+        [ -f "$fx/tokenizers/llama3/tokenizer_config.json" ] &&
+            jq -j '.chat_template' "$fx/tokenizers/llama3/tokenizer_config.json" >"$d/llama3_template" ;;
     *) echo "make_seeds: unknown target $t" >&2; exit 2 ;;
     esac
 done
