@@ -23,13 +23,8 @@ int kvq_bench_aqlm(int argc, char **argv);
 static const char *PROG = "kvq-bench aqlm";
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
-static float rndf(void) { return (float)(rnd() >> 8) * (2.0f / 16777216.0f) - 1.0f; }
+static uint32_t rnd(void) { return kvq_bench_rnd(&g_rng); }
+static float rndf(void) { return kvq_bench_rndf(&g_rng); }
 
 typedef struct {
     double ms, gbs, bytes;

@@ -54,3 +54,17 @@ double kvq_bench_model_bw_gbs(const kvq_model *m, int n_threads) {
 #endif
     return kvq_bench_mem_bw_gbs(n_threads);
 }
+
+const kvq_bench_attn_shape KVQ_BENCH_ATTN_SHAPES[2] = {
+    {"llama3-8b", 32, 8, 128, 32},
+    {"llama2-7b", 32, 32, 128, 32},
+};
+
+uint32_t kvq_bench_rnd(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (uint32_t)(*s >> 32);
+}
+
+float kvq_bench_rndf(uint64_t *s) { return (float)(kvq_bench_rnd(s) >> 8) * (2.0f / 16777216.0f) - 1.0f; }

@@ -3,6 +3,7 @@
 #define KVQ_BENCH_COMMON_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* This machine's memory read bandwidth in GB/s (1e9 B/s) with n_threads
  * threads: best of 5 threaded streaming reads (sums) of a 1 GiB buffer,
@@ -21,5 +22,16 @@ double kvq_bench_model_bw_gbs(const struct kvq_model *m, int n_threads);
  * gets the tensor bytes it holds. 0, or 1 after an error line on stderr. */
 int kvq_bench_synth_dir(const char *name, const char *scheme, const char *root, char *dir, size_t dir_size,
                         double *file_bytes);
+
+/* xorshift64 random numbers for bench data: 32 bits, and a float in [-1, 1). */
+uint32_t kvq_bench_rnd(uint64_t *state);
+float kvq_bench_rndf(uint64_t *state);
+
+/* Attention shapes kvq-bench attn measures (CPU and device): one layer's heads. */
+typedef struct {
+    const char *name;
+    int n_head, n_head_kv, head_dim, n_layer;
+} kvq_bench_attn_shape;
+extern const kvq_bench_attn_shape KVQ_BENCH_ATTN_SHAPES[2];
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "backend.h"
 #include "common.h"
+#include "bench_common.h"
 #include "util.h"
 #ifdef KVQ_HAVE_VULKAN
 #include "vulkan/vk_bench.h"
@@ -22,13 +23,8 @@ int kvq_bench_vk_aqlm(int argc, char **argv);
 static const char *PROG = "kvq-bench aqlm --backend vulkan";
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 32);
-}
-static float rndf(void) { return (float)(rnd() >> 8) * (2.0f / 16777216.0f) - 1.0f; }
+static uint32_t rnd(void) { return kvq_bench_rnd(&g_rng); }
+static float rndf(void) { return kvq_bench_rndf(&g_rng); }
 
 typedef struct {
     const char *name;

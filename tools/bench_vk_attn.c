@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "bench_common.h"
 #include "common.h"
 #include "util.h"
 #ifdef KVQ_HAVE_VULKAN
@@ -24,15 +25,8 @@ int kvq_bench_attn_device(const char *backend, const int *ctxs, int n_ctx, const
 
 static const char *PROG = "kvq-bench attn";
 
-typedef struct {
-    const char *name;
-    int n_head, n_head_kv, head_dim, n_layer;
-} shape;
-
-static const shape SHAPES[] = {
-    {"llama3-8b", 32, 8, 128, 32},
-    {"llama2-7b", 32, 32, 128, 32},
-};
+typedef kvq_bench_attn_shape shape;
+#define SHAPES KVQ_BENCH_ATTN_SHAPES
 static const kvq_cache_type TYPES[] = {KVQ_CACHE_F16, KVQ_CACHE_Q8, KVQ_CACHE_Q4};
 
 /* Read+write GB/s of a streaming copy of `bytes` (best of 5), 0 if unavailable. */
