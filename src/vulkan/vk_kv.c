@@ -210,7 +210,9 @@ static void attn_chunk(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_at
     const kvq_buf *kb = layer_buf(kv, 0, layer, &pc.kbase), *vb = layer_buf(kv, 1, layer, &pc.vbase);
     const uint32_t spec[4] = {(uint32_t)hd, (uint32_t)R, (uint32_t)d->type_k, (uint32_t)d->type_v};
     vk_bind bind[4] = {vk_whole(q), vk_whole(kb), vk_whole(vb), vk_whole(part)};
-    vk_dispatch(b, vk_pipe_get(b, "attn_fused", spec, 4), bind, 4, &pc, sizeof pc, (uint32_t)n_tiles,
+    /* subgroupMax/subgroupAdd for the softmax instead of R invocations scanning shared memory */
+    const char *name = b->caps.subgroup_arith ? "attn_fused_sg" : "attn_fused";
+    vk_dispatch(b, vk_pipe_get(b, name, spec, 4), bind, 4, &pc, sizeof pc, (uint32_t)n_tiles,
                 (uint32_t)a->n_head_kv, (uint32_t)split);
 
     struct {
