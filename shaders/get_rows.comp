@@ -32,9 +32,9 @@ void main() {
     if (FMT == FMT_AQLM) {
         AQLM_DEQ8(w, cb, M, NB, IG, CS, pc.rows_p, r, k / IG, k % IG, v)
         float sc = scales[pc.row0 + r];
-        for (uint e = 0u; e < 8u; e++) v[e] *= sc;
+        [[unroll]] for (uint e = 0u; e < 8u; e++) v[e] *= sc;
     } else {
         DENSE8(w, FMT, r * pc.stride + k, v)
     }
-    for (uint e = 0u; e < 8u && k + e < pc.cols; e++) o[i * pc.cols + k + e] = v[e];
+    [[unroll]] for (uint e = 0u; e < 8u && k + e < pc.cols; e++) o[i * pc.cols + k + e] = v[e];
 }

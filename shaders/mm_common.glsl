@@ -7,6 +7,11 @@
 // 2^nbits) are cut into 16-byte chunks (16 8-bit or 8 16-bit codes); a piece stores
 // chunk c of row r at 16-byte block c*rows_p + r, so invocations that take
 // consecutive rows read consecutive blocks.
+// [[unroll]]: a SPIR-V loop-control hint (no device feature). Private arrays indexed by
+// a loop counter must stay in registers; a loop left rolled turns them into scratch
+// memory (slow on GPUs, and per-lane gathers on lavapipe).
+#extension GL_EXT_control_flow_attributes : require
+
 #define FMT_F32 0u
 #define FMT_F16 1u
 #define FMT_BF16 2u
@@ -17,10 +22,10 @@
 #define DENSE8(W, fmt, e, v)                                                        \
     {                                                                               \
         if ((fmt) == FMT_F32) {                                                     \
-            for (uint i_ = 0u; i_ < 8u; i_++) v[i_] = uintBitsToFloat(W[(e) + i_]); \
+            [[unroll]] for (uint i_ = 0u; i_ < 8u; i_++) v[i_] = uintBitsToFloat(W[(e) + i_]); \
         } else {                                                                    \
             uint b_ = (e) >> 1;                                                     \
-            for (uint i_ = 0u; i_ < 4u; i_++) {                                     \
+            [[unroll]] for (uint i_ = 0u; i_ < 4u; i_++) {                                     \
                 uint w_ = W[b_ + i_];                                               \
                 if ((fmt) == FMT_F16) {                                             \
                     vec2 h_ = unpackHalf2x16(w_);                                   \
@@ -49,12 +54,12 @@
 // (fp16 [M][2^NB][IG]).
 #define AQLM_DEQ8(C, CB, M_, NB, IG_, cs, rows_p, r, g, j0, v)                    \
     {                                                                             \
-        for (uint i_ = 0u; i_ < 8u; i_++) v[i_] = 0.0;                             \
-        for (uint m_ = 0u; m_ < (M_); m_++) {                                     \
+        [[unroll]] for (uint i_ = 0u; i_ < 8u; i_++) v[i_] = 0.0;                             \
+        [[unroll]] for (uint m_ = 0u; m_ < (M_); m_++) {                                     \
             uint code_;                                                           \
             AQLM_CODE(C, cs, rows_p, r, (g) * (M_) + m_, code_)                   \
             uint base_ = (((m_ << (NB)) + code_) * (IG_) + (j0)) >> 1;            \
-            for (uint i_ = 0u; i_ < 4u; i_++) {                                   \
+            [[unroll]] for (uint i_ = 0u; i_ < 4u; i_++) {                                   \
                 vec2 h_ = unpackHalf2x16(CB[base_ + i_]);                         \
                 v[2u * i_] += h_.x;                                               \
                 v[2u * i_ + 1u] += h_.y;                                          \

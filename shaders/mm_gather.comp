@@ -39,7 +39,7 @@ void main() {
     uint c1 = min(c0 + pc.chunks_per_split, pc.n_chunks);
 
     float acc[RPT * NT];
-    for (uint i = 0u; i < RPT * NT; i++) acc[i] = 0.0;
+    [[unroll]] for (uint i = 0u; i < RPT * NT; i++) acc[i] = 0.0;
 
     for (uint c = c0; c < c1; c++) {
         barrier();
@@ -47,25 +47,25 @@ void main() {
             uint t = (4u * i) / CW, k = c * CW + (4u * i) % CW;
             vec4 v = vec4(0.0);
             if (t < pc.n)
-                for (uint e = 0u; e < 4u; e++)
+                [[unroll]] for (uint e = 0u; e < 4u; e++)
                     if (k + e < pc.cols) v[e] = x[t * pc.cols + k + e];
             xs[i] = v;
         }
         barrier();
-        for (uint j = 0u; j < RPT; j++) {
+        [[unroll]] for (uint j = 0u; j < RPT; j++) {
             uint r = rbase + j * 256u;
             if (r >= pc.rows_p) continue;
             uvec4 cd = codes[c * pc.rows_p + r];
-            for (uint p = 0u; p < 8u; p++) {
+            [[unroll]] for (uint p = 0u; p < 8u; p++) {
                 uint code = bitfieldExtract(cd[p / 2u], int((p % 2u) * 16u), 16);
                 uint g = p / M, m = p % M;
                 uint cbase = ((m << NB) + code) * QW;
-                for (uint q = 0u; q < QW; q++) {
+                [[unroll]] for (uint q = 0u; q < QW; q++) {
                     uvec4 h = cb[cbase + q];
                     vec2 w0 = unpackHalf2x16(h.x), w1 = unpackHalf2x16(h.y);
                     vec2 w2 = unpackHalf2x16(h.z), w3 = unpackHalf2x16(h.w);
                     vec4 lo = vec4(w0, w1), hi = vec4(w2, w3);
-                    for (uint t = 0u; t < NT; t++) {
+                    [[unroll]] for (uint t = 0u; t < NT; t++) {
                         uint xo = (t * CW + g * IG + q * 8u) / 4u;
                         acc[j * NT + t] += dot(lo, xs[xo]) + dot(hi, xs[xo + 1u]);
                     }
@@ -73,16 +73,16 @@ void main() {
             }
         }
     }
-    for (uint j = 0u; j < RPT; j++) {
+    [[unroll]] for (uint j = 0u; j < RPT; j++) {
         uint r = rbase + j * 256u;
         if (r >= pc.rows_p) continue;
         if ((pc.flags & 2u) != 0u) {
-            for (uint t = 0u; t < NT; t++)
+            [[unroll]] for (uint t = 0u; t < NT; t++)
                 if (t < pc.n) y[(gl_WorkGroupID.y * pc.n + t) * pc.rows_p + r] = acc[j * NT + t];
         } else {
             float sc = scales[pc.row0 + r];
             float bv = (pc.flags & 1u) != 0u ? bias[pc.row0 + r] : 0.0;
-            for (uint t = 0u; t < NT; t++)
+            [[unroll]] for (uint t = 0u; t < NT; t++)
                 if (t < pc.n) y[t * pc.rows_total + pc.row0 + r] = acc[j * NT + t] * sc + bv;
         }
     }

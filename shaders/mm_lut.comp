@@ -43,11 +43,11 @@ void main() {
     uint c1 = min(c0 + pc.chunks_per_split, pc.n_chunks);
 
     uint cw[M * HW];
-    for (uint m = 0u; m < M; m++)
-        for (uint i = 0u; i < HW; i++) cw[m * HW + i] = cb[(m * 256u + tid) * HW + i];
+    [[unroll]] for (uint m = 0u; m < M; m++)
+        [[unroll]] for (uint i = 0u; i < HW; i++) cw[m * HW + i] = cb[(m * 256u + tid) * HW + i];
 
     float acc[RPT * NT];
-    for (uint i = 0u; i < RPT * NT; i++) acc[i] = 0.0;
+    [[unroll]] for (uint i = 0u; i < RPT * NT; i++) acc[i] = 0.0;
 
     for (uint c = c0; c < c1; c++) {
         barrier(); // the previous chunk's readers of xs / lut are done
@@ -56,40 +56,40 @@ void main() {
             xs[i] = (t < pc.n && k < pc.cols) ? x[t * pc.cols + k] : 0.0;
         }
         uvec4 cd[RPT];
-        for (uint j = 0u; j < RPT; j++) {
+        [[unroll]] for (uint j = 0u; j < RPT; j++) {
             uint r = rbase + j * 256u;
             cd[j] = r < pc.rows_p ? codes[c * pc.rows_p + r] : uvec4(0u);
         }
-        for (uint t = 0u; t < NT; t++) {
+        [[unroll]] for (uint t = 0u; t < NT; t++) {
             barrier(); // xs written; lut of the previous token consumed
-            for (uint p = 0u; p < 16u; p++) {
+            [[unroll]] for (uint p = 0u; p < 16u; p++) {
                 uint g = p / M, m = p % M;
                 uint xo = t * CW + g * IG;
                 float s = 0.0;
-                for (uint i = 0u; i < HW; i++) {
+                [[unroll]] for (uint i = 0u; i < HW; i++) {
                     vec2 h = unpackHalf2x16(cw[m * HW + i]);
                     s += h.x * xs[xo + 2u * i] + h.y * xs[xo + 2u * i + 1u];
                 }
                 lut[p * 256u + tid] = s;
             }
             barrier();
-            for (uint j = 0u; j < RPT; j++) {
+            [[unroll]] for (uint j = 0u; j < RPT; j++) {
                 float s = 0.0;
-                for (uint p = 0u; p < 16u; p++) s += lut[p * 256u + bitfieldExtract(cd[j][p / 4u], int((p % 4u) * 8u), 8)];
+                [[unroll]] for (uint p = 0u; p < 16u; p++) s += lut[p * 256u + bitfieldExtract(cd[j][p / 4u], int((p % 4u) * 8u), 8)];
                 acc[j * NT + t] += s;
             }
         }
     }
-    for (uint j = 0u; j < RPT; j++) {
+    [[unroll]] for (uint j = 0u; j < RPT; j++) {
         uint r = rbase + j * 256u;
         if (r >= pc.rows_p) continue;
         if ((pc.flags & 2u) != 0u) {
-            for (uint t = 0u; t < NT; t++)
+            [[unroll]] for (uint t = 0u; t < NT; t++)
                 if (t < pc.n) y[(gl_WorkGroupID.y * pc.n + t) * pc.rows_p + r] = acc[j * NT + t];
         } else {
             float sc = scales[pc.row0 + r];
             float bv = (pc.flags & 1u) != 0u ? bias[pc.row0 + r] : 0.0;
-            for (uint t = 0u; t < NT; t++)
+            [[unroll]] for (uint t = 0u; t < NT; t++)
                 if (t < pc.n) y[t * pc.rows_total + pc.row0 + r] = acc[j * NT + t] * sc + bv;
         }
     }

@@ -118,9 +118,8 @@ static void make_dense(tweight *w, kvq_wformat f, int rows, int cols) {
     make_bias(w, f == KVQ_W_F32 ? KVQ_W_BF16 : KVQ_W_F32);
 }
 
-static void make_aqlm(tweight *w, int rows, int cols, int M, int nbits, int ig) {
+static void make_aqlm(tweight *w, int rows, int cols, int M, int nbits, int ig, int cb) {
     memset(w, 0, sizeof *w);
-    int cb = nbits > 8 ? 2 : 1;
     size_t K = (size_t)1 << nbits, n_codes = (size_t)rows * (size_t)(cols / ig) * (size_t)M;
     uint8_t *codes = ualloc(w, 0, n_codes * (size_t)cb);
     for (size_t i = 0; i < n_codes * (size_t)cb; i++) /* the whole range: negative int8/int16 too */
@@ -139,24 +138,28 @@ typedef struct {
     const char *name;
     kvq_wformat fmt;
     int rows, cols, M, nbits, ig;
+    int code_bytes; /* 0: as the AQLM export stores them (int8 up to 8 bits, else int16) */
 } scheme;
 
 static const scheme schemes[] = {
-    {"f32", KVQ_W_F32, 300, 261, 0, 0, 0},
-    {"f16", KVQ_W_F16, 300, 261, 0, 0, 0},
-    {"bf16", KVQ_W_BF16, 131, 200, 0, 0, 0},
-    {"aqlm 2x8", KVQ_W_AQLM, 300, 264, 2, 8, 8},
-    {"aqlm 2x8 one chunk", KVQ_W_AQLM, 70, 64, 2, 8, 8},
-    {"aqlm 1x16", KVQ_W_AQLM, 300, 264, 1, 16, 8},
-    {"aqlm 1x8", KVQ_W_AQLM, 130, 264, 1, 8, 8},
-    {"aqlm 4x8", KVQ_W_AQLM, 300, 264, 4, 8, 8},
-    {"aqlm 2x8 g16", KVQ_W_AQLM, 300, 272, 2, 8, 16},
-    {"aqlm 1x16 g16", KVQ_W_AQLM, 130, 272, 1, 16, 16},
+    {"f32", KVQ_W_F32, 300, 261, 0, 0, 0, 0},
+    {"f16", KVQ_W_F16, 300, 261, 0, 0, 0, 0},
+    {"bf16", KVQ_W_BF16, 131, 200, 0, 0, 0, 0},
+    {"aqlm 2x8", KVQ_W_AQLM, 300, 264, 2, 8, 8, 0},
+    {"aqlm 2x8 one chunk", KVQ_W_AQLM, 70, 64, 2, 8, 8, 0},
+    {"aqlm 1x16", KVQ_W_AQLM, 300, 264, 1, 16, 8, 0},
+    {"aqlm 1x8", KVQ_W_AQLM, 130, 264, 1, 8, 8, 0},
+    {"aqlm 4x8", KVQ_W_AQLM, 300, 264, 4, 8, 8, 0},
+    {"aqlm 2x8 g16", KVQ_W_AQLM, 300, 272, 2, 8, 16, 0},
+    {"aqlm 1x16 g16", KVQ_W_AQLM, 130, 272, 1, 16, 16, 0},
+    {"aqlm 2x12", KVQ_W_AQLM, 130, 264, 2, 12, 8, 0},              /* int16 codes read mod 2^12 */
+    {"aqlm 2x8 int16 codes", KVQ_W_AQLM, 130, 264, 2, 8, 8, 2}, /* read mod 2^8 */
 };
 #define N_SCHEMES ((int)(sizeof schemes / sizeof schemes[0]))
 
 static void make_scheme(tweight *w, const scheme *s) {
-    if (s->fmt == KVQ_W_AQLM) make_aqlm(w, s->rows, s->cols, s->M, s->nbits, s->ig);
+    if (s->fmt == KVQ_W_AQLM)
+        make_aqlm(w, s->rows, s->cols, s->M, s->nbits, s->ig, s->code_bytes ? s->code_bytes : s->nbits > 8 ? 2 : 1);
     else make_dense(w, s->fmt, s->rows, s->cols);
 }
 
@@ -313,12 +316,40 @@ static void test_upload_refused(void **state) {
     }
 }
 
+#ifdef KVQ_HAVE_VULKAN
+/* Out of device memory halfway through a split upload (the core's KVQ_VK_MEMORY_LIMIT
+ * cap, set here on the instance): one message naming the tensor, nothing kept. */
+static void test_upload_out_of_memory(void **state) {
+    (void)state;
+    for (int ri = 0; ri < n_runners; ri++) {
+        const runner *r = &runners[ri];
+        if (!r->split) continue;
+        tweight w;
+        make_dense(&w, KVQ_W_F32, 300, 261);
+        w.d.name = "big.weight";
+        size_t held = r->b->dev_bytes;
+        r->b->dev_limit = held + 3 * (size_t)atoi(SPLIT_MAX_BUFFER); /* room for a few pieces */
+        kvq_wt *wt = r->be->weight_upload(r->b, &w.d);
+        r->b->dev_limit = 0;
+        assert_null(wt);
+        const char *e = kvq_last_error();
+        if (!strstr(e, "big.weight") || !strstr(e, "memory")) fail_msg("unclear message: %s", e);
+        print_message("%s: %s\n", r->label, e);
+        assert_int_equal(r->b->dev_bytes, held);
+        tweight_free(&w);
+    }
+}
+#endif
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_get_rows),
         cmocka_unit_test(test_weight_bytes),
         cmocka_unit_test(test_upload_refused),
+#ifdef KVQ_HAVE_VULKAN
+        cmocka_unit_test(test_upload_out_of_memory),
+#endif
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

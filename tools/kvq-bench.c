@@ -8,6 +8,7 @@
 int kvq_bench_attn(int argc, char **argv);
 int kvq_bench_aqlm(int argc, char **argv);
 int kvq_bench_model(int argc, char **argv);
+int kvq_bench_vk_aqlm(int argc, char **argv);
 
 static const struct {
     const char *name, *help;
@@ -32,6 +33,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) return usage(stdout);
+    if (!strcmp(argv[1], "aqlm")) /* `aqlm --backend vulkan`: tools/bench_vk_aqlm.c */
+        for (int i = 2; i + 1 < argc; i++)
+            if (!strcmp(argv[i], "--backend") && !strcmp(argv[i + 1], "vulkan")) return kvq_bench_vk_aqlm(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
         if (!strcmp(argv[1], CMDS[i].name)) return CMDS[i].run(argc - 1, argv + 1); /* argv[0] = subcommand */
     fprintf(stderr, "kvq-bench: unknown subcommand '%s' (see --help)\n", argv[1]);

@@ -11,6 +11,7 @@
 #define VEC_MAX_N 4
 #define LUT_ROWS_PER_WG (256 * 4)    /* mm_lut: 256 invocations x RPT 4 */
 #define GATHER_ROWS_PER_WG (256 * 2) /* mm_gather: RPT 2 */
+#define DENSE_VEC_ROWS 64 /* mm_dense_vec: 8 teams x 8 rows */
 #define TILE 64
 
 static uint32_t cdiv(size_t a, size_t b) { return (uint32_t)((a + b - 1) / b); }
@@ -20,6 +21,9 @@ static vk_bind opt(kvq_bctx *b, const kvq_buf *x) { return vk_whole(x ? x : b->d
 /* Workgroups a matvec should spread over: enough to fill a GPU's compute units
  * (not known through core Vulkan; 256 covers the large ones); a handful on a CPU device. */
 static uint32_t target_groups(const kvq_bctx *b) { return b->software ? 8 : 256; }
+/* Code chunks each split at least takes on a GPU: the partial sums (8 bytes per row
+ * and split, written and read) stay within a quarter of the code bytes (16 per chunk). */
+#define MIN_CHUNKS_PER_SPLIT 2
 
 static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {
     int lut = w->nbits == 8;
@@ -31,8 +35,9 @@ static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf 
         const vk_piece *pc_ = &w->pieces[i];
         uint32_t gx = cdiv((size_t)pc_->rows, per_wg), chunks = (uint32_t)w->n_chunks;
         uint32_t nsplit = target_groups(b) / gx;
-        if (nsplit < 1) nsplit = 1;
+        if (!b->software && nsplit > chunks / MIN_CHUNKS_PER_SPLIT) nsplit = chunks / MIN_CHUNKS_PER_SPLIT;
         if (nsplit > chunks) nsplit = chunks;
+        if (nsplit < 1) nsplit = 1;
         uint32_t cps = cdiv(chunks, nsplit);
         nsplit = cdiv(chunks, cps);
         kvq_buf *part = NULL;
@@ -73,7 +78,7 @@ static void matvec_dense(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf
                        (uint32_t)w->stride, (uint32_t)n, w->bias ? 1u : 0u};
         vk_bind bind[6] = {vk_whole(pp->buf), vk_whole(b->dummy), vk_whole(x),
                            vk_whole(y), vk_whole(b->dummy), opt(b, w->bias)};
-        vk_dispatch(b, p, bind, 6, &pc, sizeof pc, cdiv((size_t)pp->rows, 4), 1, 1);
+        vk_dispatch(b, p, bind, 6, &pc, sizeof pc, cdiv((size_t)pp->rows, DENSE_VEC_ROWS), 1, 1);
     }
 }
 

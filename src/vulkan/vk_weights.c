@@ -10,9 +10,9 @@
 
 /* Dense rows of a piece are rounded to this many values. */
 #define ROW_PAD 8
-/* Shader grid limits: mm_dense_vec covers 4 rows per workgroup, mm_tile 64,
- * along x (at least 65535 groups on every device). */
-#define MAX_PIECE_ROWS (4 * 65535)
+/* Shader grid limits: mm_dense_vec and mm_tile cover 64 rows per workgroup, mm_lut
+ * 1024, get_rows one id per group along y (at least 65535 groups on every device). */
+#define MAX_PIECE_ROWS (64 * 65535)
 /* Shared memory the AQLM shaders need (mm_lut: 16 KiB table + staged x). */
 #define AQLM_SHARED_BYTES (20 * 1024)
 /* Host batch for padded dense uploads. */
@@ -162,15 +162,25 @@ static kvq_status fill_dense(kvq_bctx *b, const kvq_weight_desc *d, const kvq_wt
     return KVQ_OK;
 }
 
-/* AQLM piece: codes reduced mod 2^nbits, repacked into 16-byte chunks, chunk-major. */
+/* AQLM piece: codes reduced mod 2^nbits, repacked into 16-byte chunks, chunk-major.
+ * Checkpoints whose codes already have the stored width (int8 for 8 bits, int16 for
+ * 16) only move 16-byte runs; other widths go code by code. */
 static kvq_status fill_aqlm(kvq_bctx *b, const kvq_weight_desc *d, const kvq_wt *w, vk_piece *p) {
     size_t rows = (size_t)p->rows, n_codes = (size_t)(d->cols / d->in_group) * (size_t)d->n_codebooks;
-    size_t per = 16 / (size_t)w->cs;
+    size_t per = 16 / (size_t)w->cs, src_row = n_codes * (size_t)d->code_bytes;
     uint8_t *tmp = calloc(rows * (size_t)w->n_chunks, 16);
     if (!tmp) return kvq_fail(KVQ_ERR_NOMEM, "%s: out of host memory", d->name);
+    int same = d->code_bytes == w->cs && d->nbits == 8 * w->cs;
     uint32_t mask = (1u << d->nbits) - 1u;
     for (size_t r = 0; r < rows; r++) {
-        const uint8_t *src = (const uint8_t *)d->codes + ((size_t)p->row0 + r) * n_codes * (size_t)d->code_bytes;
+        const uint8_t *src = (const uint8_t *)d->codes + ((size_t)p->row0 + r) * src_row;
+        if (same) {
+            for (size_t c = 0; c < (size_t)w->n_chunks; c++) {
+                size_t off = c * 16, len = src_row - off < 16 ? src_row - off : 16;
+                memcpy(tmp + (c * rows + r) * 16, src + off, len);
+            }
+            continue;
+        }
         for (size_t q = 0; q < n_codes; q++) {
             uint32_t v = d->code_bytes == 1 ? src[q] : (uint32_t)src[2 * q] | (uint32_t)src[2 * q + 1] << 8;
             v &= mask;
