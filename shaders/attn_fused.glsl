@@ -8,7 +8,8 @@
 // Included by attn_fused.comp (baseline: R invocations scan each row's scores
 // in shared memory for its max and sum) and attn_fused_sg.comp (ATTN_SUBGROUP:
 // subgroupMax/subgroupAdd on the scores in registers, then one shared step
-// across subgroups; any subgroup size).
+// across subgroups; any subgroup size). attn_fused_h*.comp (ATTN_F16_STORAGE) read
+// f16 K/V as 16-bit values (GL_EXT_shader_16bit_storage) instead of unpacking words.
 #include "kv_format.glsl"
 
 layout(local_size_x = 64) in;
@@ -26,6 +27,10 @@ const float NEG = -3.0e38;        // "no position yet" max; finite, so exp(NEG -
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer KC { uint kc[]; };
 layout(std430, binding = 2) readonly buffer VC { uint vc[]; };
+#ifdef ATTN_F16_STORAGE // the same f16 K/V rows seen as half pairs / halves (16-bit storage)
+layout(std430, binding = 1) readonly buffer KH { f16vec2 kh2[]; };
+layout(std430, binding = 2) readonly buffer VH { float16_t vh[]; };
+#endif
 layout(std430, binding = 3) writeonly buffer Part { float part[]; };
 
 layout(push_constant) uniform PC {
@@ -133,7 +138,11 @@ void main() {
                     }
                 } else if (TK == T_F16) {
                     for (uint d = 0u; d < HD; d += 2u) {
+#ifdef ATTN_F16_STORAGE
+                        const vec2 kv = vec2(kh2[kw + d / 2u]);
+#else
                         const vec2 kv = unpackHalf2x16(kc[kw + d / 2u]);
+#endif
                         for (uint k = 0u; k < RPT; k++)
                             if (rg + RG * k < R) {
                                 const uint o = (rg + RG * k) * HD + d;
@@ -254,8 +263,12 @@ void main() {
                 if (TV == T_F32) {
                     v = uintBitsToFloat(vc[vw + d]);
                 } else if (TV == T_F16) {
+#ifdef ATTN_F16_STORAGE
+                    v = float(vh[vw * 2u + d]); // one half per invocation, no pair to pick from
+#else
                     const vec2 h2 = unpackHalf2x16(vc[vw + d / 2u]);
                     v = (d & 1u) != 0u ? h2.y : h2.x;
+#endif
                 } else if (TV == T_Q8) {
                     const uint by = vw * 4u + (d / QK) * Q8_BYTES;
                     v = float(KV_I8(vc, by + 2u + d % QK)) * unpackHalf2x16(KV_U16(vc, by)).x;
