@@ -100,7 +100,8 @@ static int count_ok(kvq_bctx *b, size_t count, const char *op) {
 static void vkb_rms_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps) {
     struct { uint32_t dim; float eps; } pc = {(uint32_t)dim, eps};
     vk_bind bind[3] = {vk_whole(x), kvq_vk_weight_vec(g), vk_whole(y)};
-    vk_dispatch(b, vk_pipe_get(b, "rms_norm", NULL, 0), bind, 3, &pc, sizeof pc, (uint32_t)n, 1, 1);
+    const char *name = b->caps.subgroup_arith ? "rms_norm_sg" : "rms_norm"; /* subgroupAdd: fewer barriers */
+    vk_dispatch(b, vk_pipe_get(b, name, NULL, 0), bind, 3, &pc, sizeof pc, (uint32_t)n, 1, 1);
 }
 
 /* cos/sin of (pos0+t)·inv_freq[i] in double on the host, as the CPU does, staged once per

@@ -210,7 +210,12 @@ static void attn_chunk(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_at
     const kvq_buf *kb = layer_buf(kv, 0, layer, &pc.kbase), *vb = layer_buf(kv, 1, layer, &pc.vbase);
     const uint32_t spec[4] = {(uint32_t)hd, (uint32_t)R, (uint32_t)d->type_k, (uint32_t)d->type_v};
     vk_bind bind[4] = {vk_whole(q), vk_whole(kb), vk_whole(vb), vk_whole(part)};
-    vk_dispatch(b, vk_pipe_get(b, "attn_fused", spec, 4), bind, 4, &pc, sizeof pc, (uint32_t)n_tiles,
+    /* variants: _sg does the softmax max/sum with subgroupMax/subgroupAdd instead of R invocations
+     * scanning shared memory; _h reads f16 K/V as 16-bit values (only worth a pipeline for f16) */
+    const int h16 = b->caps.storage16 && (d->type_k == KVQ_CACHE_F16 || d->type_v == KVQ_CACHE_F16);
+    const char *name = b->caps.subgroup_arith ? (h16 ? "attn_fused_sg_h" : "attn_fused_sg")
+                                              : (h16 ? "attn_fused_h" : "attn_fused");
+    vk_dispatch(b, vk_pipe_get(b, name, spec, 4), bind, 4, &pc, sizeof pc, (uint32_t)n_tiles,
                 (uint32_t)a->n_head_kv, (uint32_t)split);
 
     struct {
