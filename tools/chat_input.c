@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <unistd.h>
 #include <wchar.h>
 
@@ -33,6 +34,8 @@ struct chat_input {
     EditLine *el;
     History *hist;
     char hist_path[PATH_MAX];
+    struct termios saved; /* the terminal as we found it */
+    int saved_ok;
 };
 
 static char *prompt_fn(EditLine *el) {
@@ -87,6 +90,16 @@ chat_input *chat_input_open(int tty, int color) {
     in->tty = tty;
     in->color = color;
     if (!tty) return in;
+    /* Between reads libedit leaves the terminal in cooked mode, where a Ctrl-D typed early
+     * (right as the prompt appears, or pasted) becomes an end-of-file mark that the switch
+     * to raw mode throws away: the Ctrl-D is lost. With VEOF off it stays a plain 0x04 byte
+     * that libedit reads as end of input. libedit saves this state as its cooked mode. */
+    if (tcgetattr(STDIN_FILENO, &in->saved) == 0) {
+        in->saved_ok = 1;
+        struct termios t = in->saved;
+        t.c_cc[VEOF] = _POSIX_VDISABLE;
+        tcsetattr(STDIN_FILENO, TCSADRAIN, &t);
+    }
     in->el = el_init(CHAT_PROG, stdin, stdout, stderr);
     in->hist = history_init();
     if (!in->el || !in->hist) {
@@ -118,6 +131,7 @@ void chat_input_close(chat_input *in) {
     if (in->hist && in->hist_path[0]) history(in->hist, &ev, H_SAVE, in->hist_path);
     if (in->el) el_end(in->el);
     if (in->hist) history_end(in->hist);
+    if (in->saved_ok) tcsetattr(STDIN_FILENO, TCSADRAIN, &in->saved);
     free(in);
 }
 
