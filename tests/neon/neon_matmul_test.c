@@ -11,6 +11,7 @@
 
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_matmul_impl.h"
+#include "neon_check.h"
 #include "ref/ref.h"
 #include "util.h"
 
@@ -24,15 +25,6 @@ static uint32_t rnd(void) {
 static float randf(void) { return (float)(rnd() >> 8) * (2.0f / 16777216.0f) - 1.0f; }
 
 static int g_fail, g_cases;
-
-static double rel_l2(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
 
 static uint16_t to_bf16(float f) {
     uint32_t u;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cpu/cpu_kernels.h"
+#include "neon_check.h"
 #include "ref/ref.h"
 
 static uint64_t g_st = 0x9E3779B97F4A7C15ull;
@@ -23,15 +24,6 @@ static float randf(void) { /* about N(0,1), with the odd outlier */
 }
 
 static int g_fail;
-
-static double rel_l2(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
 
 static void check_store(void) {
     for (int t = 0; t < 4; t++)
