@@ -119,7 +119,9 @@ int kvq_cpu_has_vbmi(void) {
     if (v < 0) {
 #if defined(__x86_64__)
         __builtin_cpu_init();
-        v = kvq_cpu_isa_available(KVQ_ISA_AVX512) && __builtin_cpu_supports("avx512vbmi");
+        /* the int16-table lookups also need VNNI (every VBMI CPU but Cannon Lake has it) */
+        v = kvq_cpu_isa_available(KVQ_ISA_AVX512) && __builtin_cpu_supports("avx512vbmi") &&
+            __builtin_cpu_supports("avx512vnni");
 #else
         v = 0;
 #endif
@@ -373,37 +375,44 @@ static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const f
     }
 }
 
-/* The int16-table LUT path: tables are built in f32 (each thread its groups),
- * one barrier to agree on the token's scale (max |entry| over all tables),
- * each thread packs its own tables, a second barrier, then every thread looks
- * up its rows in all tables. The packed tables alternate between two buffers,
- * as in matmul_lut. */
+/* The int16-table LUT path for one token at a time: threads split the
+ * steps, not the rows. Each thread builds, scales and packs the tables of its
+ * own groups (its own int16 scale: no barrier between building and looking
+ * up), sums them for all rows into its partial outputs (its codes are one
+ * sequential run, which the prefetchers stream at ~1.2x the rate of a row
+ * slice of every step), then after one barrier each thread adds the partials
+ * of a slice of rows. With an odd M, groups go in twos so every thread's
+ * first step is even (step pairs share a table block). */
 #define KVQ_MAX_LUT_THREADS 1024
 static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
-                        float *lut, void *qluts, float *acc) {
-    size_t q_bytes = (size_t)w->G * w->M * 512;
-    int units = w->rows_pad / KVQ_AQLM_RB;
-    float maxes[KVQ_MAX_LUT_THREADS];
+                        float *lut, void *qlut, float *parts) {
+    int unit = w->M % 2 ? 2 : 1, units = (w->G + unit - 1) / unit, rows16 = (w->rows + 15) / 16;
+    size_t pad = (size_t)w->rows_pad;
     if (nt > KVQ_MAX_LUT_THREADS) nt = KVQ_MAX_LUT_THREADS;
 #pragma omp parallel num_threads(nt)
     {
-        int t = omp_get_thread_num(), T = omp_get_num_threads(), g0, g1, u0, u1;
-        split(w->G, T, t, &g0, &g1);
+        int t = omp_get_thread_num(), T = omp_get_num_threads(), u0, u1, o0, o1;
         split(units, T, t, &u0, &u1);
-        int r0 = u0 * KVQ_AQLM_RB, r1 = u1 * KVQ_AQLM_RB, y1 = r1 < w->rows ? r1 : w->rows;
+        split(rows16, T, t, &o0, &o1);
+        int g0 = u0 * unit, g1 = u1 * unit < w->G ? u1 * unit : w->G;
+        o0 *= 16, o1 = o1 * 16 < w->rows ? o1 * 16 : w->rows;
+        float *mine = parts + (size_t)t * pad;
         for (int tok = 0; tok < n; tok++) {
-            maxes[t] = g1 > g0 ? k->lutq_build(w, x + (size_t)tok * w->cols, lut, g0, g1) : 0.0f;
-#pragma omp barrier
-            float mx = 0.0f;
-            for (int i = 0; i < T; i++) mx = maxes[i] > mx || maxes[i] != maxes[i] ? maxes[i] : mx;
+            float mx = g1 > g0 ? k->lutq_build(w, x + (size_t)tok * w->cols, lut, g0, g1) : 0.0f;
             /* mx = 0: all tables zero, any scale works; non-finite mx makes the outputs non-finite too */
-            float scale = mx / 32767.0f, inv = mx > 0.0f ? 32767.0f / mx : 0.0f;
-            void *q = (char *)qluts + (size_t)(tok & 1) * q_bytes;
-            k->lutq_pack(w, lut, inv, q, 1024, g0, g1);
+            k->lutq_pack(w, lut, mx > 0.0f ? 32767.0f / mx : 0.0f, qlut, 1024, g0, g1);
+            k->lutq_gemv(w, qlut, g0 * w->M, g1 * w->M, mx / 32767.0f, mine, 0, w->rows_pad);
 #pragma omp barrier
             float *yt = y + (size_t)tok * w->rows;
-            if (r1 > r0) k->lutq_gemv(w, q, scale, acc + r0, yt, r0, r1);
-            add_bias(w, yt, r0, y1);
+            for (int o = o0; o < o1; o++) {
+                float sum = 0.0f;
+                for (int i = 0; i < T; i++) sum += parts[(size_t)i * pad + (size_t)o];
+                yt[o] = w->scales[o] * sum;
+            }
+            add_bias(w, yt, o0, o1);
+            if (tok + 1 < n) {
+#pragma omp barrier
+            }
         }
     }
 }
@@ -593,10 +602,14 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
     }
     if (w->kind == KVQ_CW_AQLM_LUT && n < KVQ_LUT_MAX_N) {
         size_t lut_n = (size_t)w->G * w->M * 256;
-        float *luts = scratch(2 * lut_n + (size_t)w->rows_pad); /* int16 path: f32 + 2 half-size tables */
+        /* int16 path: f32 tables, int16 tables (half the size), a partial output per thread;
+         * f32 path: two tables (alternating tokens), the row sums */
+        size_t parts_n = (size_t)(nt > KVQ_MAX_LUT_THREADS ? KVQ_MAX_LUT_THREADS : nt) * w->rows_pad;
+        size_t need_q = lut_n + lut_n / 2 + parts_n, need_f = 2 * lut_n + (size_t)w->rows_pad;
+        float *luts = scratch(need_q > need_f ? need_q : need_f);
         /* int32 sums of int16 entries stay exact up to 65536 steps */
         if (luts && k->lutq_gemv && (size_t)w->G * w->M <= 65536) {
-            matmul_lutq(k, w, x, y, n, nt, luts, luts + lut_n, luts + 2 * lut_n);
+            matmul_lutq(k, w, x, y, n, nt, luts, luts + lut_n, luts + lut_n + lut_n / 2);
             return;
         }
         if (luts) {

@@ -77,12 +77,14 @@ typedef struct {
      * of groups [g0, g1) as lut_build (plain f32 [256] layout), returns their
      * max |value|; lutq_pack: those tables as q = round(T * inv_scale) int16
      * tables (512 bytes per step; steps s, s+1 adjacent at qlut + s/2 * pair_stride,
-     * 1024 for one token); lutq_gemv: lut_gemv on one token's int16 tables
-     * (pair_stride 1024), value = q * scale. */
+     * 1024 for one token); lutq_gemv: steps [s0, s1) (s0 even) of one token's
+     * int16 tables (pair_stride 1024) for rows [r0, r1) as for lut_gemv:
+     * out[o - r0] = scale * sum_s q_s[code(o, s)], without the row scales and
+     * bias (out, 64-byte aligned, is its int32 scratch first). */
     float (*lutq_build)(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
     void (*lutq_pack)(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride, int g0,
                       int g1);
-    void (*lutq_gemv)(const kvq_cpu_weight *w, const void *qlut, float scale, float *acc, float *y, int r0, int r1);
+    void (*lutq_gemv)(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, float *out, int r0, int r1);
     /* lutq_gemv for nt <= KVQ_LUTQ_MAX_T tokens in one pass over the codes: token t's
      * tables packed at qluts + t*1024 with pair_stride nt*1024, scale scales[t],
      * its outputs at y + t*ldy. */
@@ -141,7 +143,8 @@ void kvq_gemm_neon(const float *W, size_t ldw, int nr, int cols, const float *x,
 float kvq_aqlm_lutq_build_neon(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
 void kvq_aqlm_lutq_pack_neon(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
                              int g0, int g1);
-void kvq_aqlm_lutq_gemv_neon(const kvq_cpu_weight *w, const void *qlut, float scale, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_lutq_gemv_neon(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, float *out, int r0,
+                             int r1);
 void kvq_aqlm_gather_gemv_neon(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 #endif
 
@@ -171,7 +174,8 @@ void kvq_amx_block(const uint16_t *xh, const uint16_t *xl, int n, int kp, const 
 float kvq_aqlm_lutq_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
 void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
                              int g0, int g1);
-void kvq_aqlm_lutq_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut, float scale, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_lutq_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, float *out, int r0,
+                             int r1);
 void kvq_aqlm_lutq_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
                              float *y, size_t ldy, int r0, int r1);
 #endif

@@ -129,17 +129,17 @@ static inline uint8x16_t plane_lookup(const uint8_t *plane, uint8x16_t i0, uint8
     return vqtbx4q_u8(r, vld1q_u8_x4(plane + 192), i3);
 }
 
-void kvq_aqlm_lutq_gemv_neon(const kvq_cpu_weight *w, const void *qlut, float scale, float *accf, float *y, int r0,
-                             int r1) {
-    size_t S = (size_t)w->G * w->M, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad;
+void kvq_aqlm_lutq_gemv_neon(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, float *out,
+                             int r0, int r1) {
+    size_t n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad;
     const uint8_t *codes = (const uint8_t *)w->codes + r0;
-    int32_t *acc = (int32_t *)accf;
+    int32_t *acc = (int32_t *)out;
     memset(acc, 0, n * sizeof(int32_t));
     const uint8x16_t k64 = vdupq_n_u8(64), k128 = vdupq_n_u8(128), k192 = vdupq_n_u8(192);
-    for (size_t s = 0; s < S; s++) {
+    for (size_t s = (size_t)s0; s < (size_t)s1; s++) {
         const uint8_t *tq = (const uint8_t *)qlut + s / 2 * 1024 + (s & 1) * 512;
         const uint8_t *c = codes + s * pad;
-        if (s + KVQ_LUT_PREFETCH < S)
+        if (s + KVQ_LUT_PREFETCH < (size_t)s1)
             for (size_t i = 0; i < n; i += 64) __builtin_prefetch(c + KVQ_LUT_PREFETCH * pad + i);
         for (size_t i = 0; i < n; i += 16) {
             /* indices wrapped so each tbx sees its 64 entries at 0..63 and the rest out of range */
@@ -153,8 +153,7 @@ void kvq_aqlm_lutq_gemv_neon(const kvq_cpu_weight *w, const void *qlut, float sc
             vst1q_s32(a + 12, vaddw_high_s16(vld1q_s32(a + 12), v1));
         }
     }
-    int end = r1 < w->rows ? r1 : w->rows;
-    for (int o = r0; o < end; o++) y[o] = w->scales[o] * (scale * (float)acc[o - r0]);
+    for (size_t i = 0; i < n; i++) out[i] = scale * (float)acc[i];
 }
 
 /* ---- AQLM wider codes: codewords (fp16, widened) times x ---- */
