@@ -35,7 +35,10 @@ static inline __attribute__((always_inline)) void row_dots(kvq_wformat f, const 
     __m256 a[2][KVQ_GEMV_MAX_T];
     for (int t = 0; t < T; t++) a[0][t] = a[1][t] = _mm256_setzero_ps();
     int k = 0;
+    size_t esz = f == KVQ_W_F32 ? 4 : 2;
+    const char *pf = (const char *)data + base * esz + KVQ_DENSE_PREFETCH_BYTES; /* a hint: never faults */
     for (; k + 16 <= cols; k += 16) {
+        _mm_prefetch(pf + (size_t)k * esz, _MM_HINT_T1);
         __m256 w0 = load8(f, data, base + k), w1 = load8(f, data, base + k + 8);
         for (int t = 0; t < T; t++) {
             a[0][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)t * cols + k), a[0][t]);

@@ -12,6 +12,7 @@ static inline __m512 load16(kvq_wformat f, const void *p, size_t i, __mmask16 ma
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16: high half of f32 */
 }
 
+
 static inline __mmask16 tail_mask(int left) { return (__mmask16)((1u << left) - 1u); }
 
 /* One row against T tokens (see cpu_dense_avx2.c): two accumulator sets,
@@ -22,7 +23,11 @@ static inline __attribute__((always_inline)) void row_dots(kvq_wformat f, const 
     __m512 a[2][KVQ_GEMV_MAX_T];
     for (int t = 0; t < T; t++) a[0][t] = a[1][t] = _mm512_setzero_ps();
     int k = 0;
+    size_t esz = f == KVQ_W_F32 ? 4 : 2;
+    const char *pf = (const char *)data + base * esz + KVQ_DENSE_PREFETCH_BYTES; /* a hint: never faults */
     for (; k + 32 <= cols; k += 32) {
+        _mm_prefetch(pf + (size_t)k * esz, _MM_HINT_T1);
+        if (esz == 4) _mm_prefetch(pf + (size_t)k * esz + 64, _MM_HINT_T1);
         __m512 w0 = load16(f, data, base + k, all), w1 = load16(f, data, base + k + 16, all);
         for (int t = 0; t < T; t++) {
             a[0][t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + (size_t)t * cols + k), a[0][t]);
