@@ -83,17 +83,18 @@ static inline void transpose8x8(uint64_t x[8]) {
     }
 }
 
-/* 64 full rows of int8 codes from [row][S] into [S][pad] (8x8 byte tiles). */
-static void transpose_block(uint8_t *dst, const uint8_t *src, size_t S, size_t pad) {
-    size_t s = 0;
-    for (; s + 8 <= S; s += 8)
+/* Steps [s0, s1) of 64 full rows of int8 codes from [row][S] into [S][pad]
+ * (8x8 byte tiles). */
+static void transpose_tile(uint8_t *dst, const uint8_t *src, size_t S, size_t pad, size_t s0, size_t s1) {
+    size_t s = s0;
+    for (; s + 8 <= s1; s += 8)
         for (size_t r = 0; r < 64; r += 8) {
             uint64_t x[8];
             for (int i = 0; i < 8; i++) memcpy(&x[i], src + (r + (size_t)i) * S + s, 8);
             transpose8x8(x);
             for (int j = 0; j < 8; j++) memcpy(dst + (s + (size_t)j) * pad + r, &x[j], 8);
         }
-    for (; s < S; s++)
+    for (; s < s1; s++)
         for (size_t r = 0; r < 64; r++) dst[s * pad + r] = src[r * S + s];
 }
 
@@ -104,22 +105,26 @@ static void repack_codes(kvq_cpu_weight *w, const kvq_weight_desc *d) {
     if (w->kind == KVQ_CW_AQLM_LUT) {
         uint8_t *dst = w->codes;
         const uint8_t *src8 = d->codes;
-        long n_blk = (long)(pad / 64);
-        /* A transpose, 64 rows at a time, so the 64 source rows stay cached
-         * while each step's 64 destination bytes are written as one line.
-         * Threads take whole blocks (and fault in their own pages). */
-#pragma omp parallel for schedule(dynamic, 16)
-        for (long b = 0; b < n_blk; b++) {
-            size_t o0 = (size_t)b * 64, o1 = o0 + 64 < rows ? o0 + 64 : rows;
-            if (d->code_bytes == 1 && o1 - o0 == 64) { /* mask is 0xff */
-                transpose_block(dst + o0, src8 + o0 * S, S, pad);
-                continue;
-            }
-            for (size_t s = 0; s < S; s++)
-                for (size_t o = o0; o < o0 + 64; o++) { /* padding rows: code 0 (their scale is 0) */
-                    uint32_t c = o >= o1 ? 0 : d->code_bytes == 1 ? src8[o * S + s] : kvq_rd_u16(d->codes, o * S + s);
-                    dst[s * pad + o] = (uint8_t)(c & mask);
+        long n_chunk = (long)((S + 63) / 64), n_blk = (long)(pad / 64);
+        /* Tiles of 64 steps x 64 rows, a chunk of 64 steps (all rows) per
+         * task: a thread writes 64 destination pages line after line (few TLB
+         * misses, each page first touched by its writer) while the source
+         * streams past once. Rows row-major by step was 2-3x slower. */
+#pragma omp parallel for schedule(dynamic, 1)
+        for (long c = 0; c < n_chunk; c++) {
+            size_t s0 = (size_t)c * 64, s1 = s0 + 64 < S ? s0 + 64 : S;
+            for (long b = 0; b < n_blk; b++) {
+                size_t o0 = (size_t)b * 64, o1 = o0 + 64 < rows ? o0 + 64 : rows;
+                if (d->code_bytes == 1 && o1 - o0 == 64) { /* mask is 0xff */
+                    transpose_tile(dst + o0, src8 + o0 * S, S, pad, s0, s1);
+                    continue;
                 }
+                for (size_t s = s0; s < s1; s++)
+                    for (size_t o = o0; o < o0 + 64; o++) { /* padding rows: code 0 (their scale is 0) */
+                        uint32_t v = o >= o1 ? 0 : d->code_bytes == 1 ? src8[o * S + s] : kvq_rd_u16(d->codes, o * S + s);
+                        dst[s * pad + o] = (uint8_t)(v & mask);
+                    }
+            }
         }
     } else {
         uint16_t *dst = w->codes;
