@@ -33,16 +33,8 @@ void kvq_aqlm_lut_build_avx2(const kvq_cpu_weight *w, const float *x, float *lut
     }
 }
 
-/* y[o] = scale[o] * acc[o - r0] over the rows of [r0, r1) that exist. */
-static void finish(const kvq_cpu_weight *w, const float *acc, float *y, int r0, int r1) {
-    int end = r1 < w->rows ? r1 : w->rows, o = r0;
-    for (; o + 8 <= end; o += 8)
-        _mm256_storeu_ps(y + o, _mm256_mul_ps(_mm256_load_ps(w->scales + o), _mm256_load_ps(acc + (o - r0))));
-    for (; o < end; o++) y[o] = w->scales[o] * acc[o - r0];
-}
-
-void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1) {
-    size_t S = (size_t)w->G * w->M, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad, s = 0;
+void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1) {
+    size_t S = (size_t)s1, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad, s = (size_t)s0;
     const uint8_t *codes = (const uint8_t *)w->codes + r0;
     for (size_t i = 0; i < n; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
     /* Two steps per pass over acc: two 1 KB tables stay in L1, acc traffic halves. */
@@ -70,7 +62,6 @@ void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, float *ac
             _mm256_store_ps(acc + i, _mm256_add_ps(_mm256_load_ps(acc + i), v0));
         }
     }
-    finish(w, acc, y, r0, r1);
 }
 
 /* 8 fp16 codebook values at element i, widened. */

@@ -49,17 +49,8 @@ void kvq_aqlm_lut_build_avx512(const kvq_cpu_weight *w, const float *x, float *l
         build_f32(w, x, lut, g0, g1, w->ig, 0);
 }
 
-/* y[o] = scale[o] * acc[o - r0] over the rows of [r0, r1) that exist. */
-static void finish(const kvq_cpu_weight *w, const float *acc, float *y, int r0, int r1) {
-    int end = r1 < w->rows ? r1 : w->rows;
-    for (int o = r0; o < end; o += 16) {
-        __mmask16 m = end - o >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (end - o)) - 1u);
-        _mm512_mask_storeu_ps(y + o, m, _mm512_mul_ps(_mm512_load_ps(w->scales + o), _mm512_load_ps(acc + (o - r0))));
-    }
-}
-
-void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1) {
-    size_t S = (size_t)w->G * w->M, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad, s = 0;
+void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1) {
+    size_t S = (size_t)s1, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad, s = (size_t)s0;
     const uint8_t *codes = (const uint8_t *)w->codes + r0;
     for (size_t i = 0; i < n; i += 16) _mm512_store_ps(acc + i, _mm512_setzero_ps());
     /* Two steps per pass over acc: two 1 KB tables stay in L1, acc traffic halves. */
@@ -87,7 +78,6 @@ void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, float *
             _mm512_store_ps(acc + i, _mm512_add_ps(_mm512_load_ps(acc + i), v0));
         }
     }
-    finish(w, acc, y, r0, r1);
 }
 
 /* ---- VBMI: lookups as byte shuffles ----
@@ -135,12 +125,12 @@ __attribute__((target("avx512vbmi"))) void kvq_aqlm_lut_build_vbmi(const kvq_cpu
     }
 }
 
-__attribute__((target("avx512vbmi"))) void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_weight *w, const float *lut,
-                                                                    float *acc, float *y, int r0, int r1) {
-    size_t S = (size_t)w->G * w->M, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad;
+__attribute__((target("avx512vbmi"))) void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_weight *w, const float *lut, int s0,
+                                                                    int s1, float *acc, int r0, int r1) {
+    size_t S = (size_t)s1, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad;
     const uint8_t *codes = (const uint8_t *)w->codes + r0;
     for (size_t i = 0; i < n; i += 16) _mm512_store_ps(acc + i, _mm512_setzero_ps());
-    for (size_t s = 0; s < S; s++) {
+    for (size_t s = (size_t)s0; s < S; s++) {
         const __m512i *tb = (const __m512i *)(lut + s * 256);
         __m512i t[16];
         for (int i = 0; i < 16; i++) t[i] = _mm512_load_si512(tb + i); /* t[4p + q]: plane p, entries 64q.. */
@@ -154,7 +144,7 @@ __attribute__((target("avx512vbmi"))) void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_
                 b[p] = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t[4 * p], idx, t[4 * p + 1]),
                                               _mm512_permutex2var_epi8(t[4 * p + 2], idx, t[4 * p + 3]));
             /* Interleave planes into f32. Per 128-bit lane L, vector k gets rows
-             * 16L + 4k .. 16L + 4k + 3 of this 64-row block; finish_vbmi undoes it. */
+             * 16L + 4k .. 16L + 4k + 3 of this 64-row block; the lane transpose at the end undoes it. */
             __m512i lo01 = _mm512_unpacklo_epi8(b[0], b[1]), hi01 = _mm512_unpackhi_epi8(b[0], b[1]);
             __m512i lo23 = _mm512_unpacklo_epi8(b[2], b[3]), hi23 = _mm512_unpackhi_epi8(b[2], b[3]);
             __m512 v[4] = {_mm512_castsi512_ps(_mm512_unpacklo_epi16(lo01, lo23)),
@@ -165,14 +155,13 @@ __attribute__((target("avx512vbmi"))) void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_
             for (int k = 0; k < 4; k++) _mm512_store_ps(a + 16 * k, _mm512_add_ps(_mm512_load_ps(a + 16 * k), v[k]));
         }
     }
-    /* Back to row order (the same lane transpose), then scale. */
+    /* Back to row order (the same lane transpose). */
     for (size_t i = 0; i < n; i += 64) {
         __m512i in[4], out[4];
         for (int k = 0; k < 4; k++) in[k] = _mm512_castps_si512(_mm512_load_ps(acc + i + 16 * k));
         lanes4x4(in, out);
         for (int k = 0; k < 4; k++) _mm512_store_ps(acc + i + 16 * k, _mm512_castsi512_ps(out[k]));
     }
-    finish(w, acc, y, r0, r1);
 }
 
 /* Codeword of group g as 16 f32 (sum over the M codebooks): with IG 16 one

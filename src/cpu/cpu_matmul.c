@@ -352,40 +352,18 @@ static int threads_for(int n_threads, size_t work) {
     return (size_t)n_threads < most ? n_threads : (int)most;
 }
 
-static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
-                       float *luts, float *acc) {
-    size_t lut_n = (size_t)w->G * w->M * 256;
-    int units = w->rows_pad / KVQ_AQLM_RB;
-#pragma omp parallel num_threads(nt)
-    {
-        int t = omp_get_thread_num(), T = omp_get_num_threads(), g0, g1, u0, u1;
-        split(w->G, T, t, &g0, &g1);
-        split(units, T, t, &u0, &u1);
-        int r0 = u0 * KVQ_AQLM_RB, r1 = u1 * KVQ_AQLM_RB, y1 = r1 < w->rows ? r1 : w->rows;
-        for (int tok = 0; tok < n; tok++) {
-            /* Two tables alternate: one barrier per token suffices, since a
-             * thread can only rebuild table i after all passed token i+1's barrier. */
-            float *lut = luts + (size_t)(tok & 1) * lut_n;
-            k->lut_build(w, x + (size_t)tok * w->cols, lut, g0, g1);
-#pragma omp barrier
-            float *yt = y + (size_t)tok * w->rows;
-            if (r1 > r0) k->lut_gemv(w, lut, acc + r0, yt, r0, r1);
-            add_bias(w, yt, r0, y1);
-        }
-    }
-}
-
-/* The int16-table LUT path for one token at a time: threads split the
- * steps, not the rows. Each thread builds, scales and packs the tables of its
- * own groups (its own int16 scale: no barrier between building and looking
- * up), sums them for all rows into its partial outputs (its codes are one
- * sequential run, which the prefetchers stream at ~1.2x the rate of a row
- * slice of every step), then after one barrier each thread adds the partials
- * of a slice of rows. With an odd M, groups go in twos so every thread's
- * first step is even (step pairs share a table block). */
+/* LUT path, one token at a time: threads split the steps, not the rows.
+ * Each thread builds the tables of its own groups (with int16 tables, scales
+ * and packs them with its own scale: no barrier between building and
+ * looking up), sums them for all rows into its partial outputs (its codes are
+ * one sequential run, which the prefetchers stream at ~1.2x the rate of a
+ * row slice of every step), then after one barrier each thread adds the
+ * partials of a slice of rows. With an odd M, groups go in twos so every
+ * thread's first step is even (step pairs share a table block).
+ * qlut NULL: f32 tables (lut_gemv); else int16 tables (lutq_*). */
 #define KVQ_MAX_LUT_THREADS 1024
-static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
-                        float *lut, void *qlut, float *parts) {
+static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
+                       float *lut, void *qlut, float *parts) {
     int unit = w->M % 2 ? 2 : 1, units = (w->G + unit - 1) / unit, rows16 = (w->rows + 15) / 16;
     size_t pad = (size_t)w->rows_pad;
     if (nt > KVQ_MAX_LUT_THREADS) nt = KVQ_MAX_LUT_THREADS;
@@ -398,10 +376,16 @@ static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const 
         o0 *= 16, o1 = o1 * 16 < w->rows ? o1 * 16 : w->rows;
         float *mine = parts + (size_t)t * pad;
         for (int tok = 0; tok < n; tok++) {
-            float mx = g1 > g0 ? k->lutq_build(w, x + (size_t)tok * w->cols, lut, g0, g1) : 0.0f;
-            /* mx = 0: all tables zero, any scale works; non-finite mx makes the outputs non-finite too */
-            k->lutq_pack(w, lut, mx > 0.0f ? 32767.0f / mx : 0.0f, qlut, 1024, g0, g1);
-            k->lutq_gemv(w, qlut, g0 * w->M, g1 * w->M, mx / 32767.0f, mine, 0, w->rows_pad);
+            const float *xt = x + (size_t)tok * w->cols;
+            if (qlut) {
+                float mx = g1 > g0 ? k->lutq_build(w, xt, lut, g0, g1) : 0.0f;
+                /* mx = 0: all tables zero, any scale works; non-finite mx makes the outputs non-finite too */
+                k->lutq_pack(w, lut, mx > 0.0f ? 32767.0f / mx : 0.0f, qlut, 1024, g0, g1);
+                k->lutq_gemv(w, qlut, g0 * w->M, g1 * w->M, mx / 32767.0f, mine, 0, w->rows_pad);
+            } else {
+                k->lut_build(w, xt, lut, g0, g1);
+                k->lut_gemv(w, lut, g0 * w->M, g1 * w->M, mine, 0, w->rows_pad);
+            }
 #pragma omp barrier
             float *yt = y + (size_t)tok * w->rows;
             for (int o = o0; o < o1; o++) {
@@ -602,18 +586,13 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
     }
     if (w->kind == KVQ_CW_AQLM_LUT && n < KVQ_LUT_MAX_N) {
         size_t lut_n = (size_t)w->G * w->M * 256;
-        /* int16 path: f32 tables, int16 tables (half the size), a partial output per thread;
-         * f32 path: two tables (alternating tokens), the row sums */
+        /* f32 tables, int16 tables (half the size, int16 path only), a partial output per thread */
         size_t parts_n = (size_t)(nt > KVQ_MAX_LUT_THREADS ? KVQ_MAX_LUT_THREADS : nt) * w->rows_pad;
-        size_t need_q = lut_n + lut_n / 2 + parts_n, need_f = 2 * lut_n + (size_t)w->rows_pad;
-        float *luts = scratch(need_q > need_f ? need_q : need_f);
+        float *luts = scratch(lut_n + lut_n / 2 + parts_n);
         /* int32 sums of int16 entries stay exact up to 65536 steps */
-        if (luts && k->lutq_gemv && (size_t)w->G * w->M <= 65536) {
-            matmul_lutq(k, w, x, y, n, nt, luts, luts + lut_n, luts + lut_n + lut_n / 2);
-            return;
-        }
+        int q = k->lutq_gemv && (size_t)w->G * w->M <= 65536;
         if (luts) {
-            matmul_lut(k, w, x, y, n, nt, luts, luts + 2 * lut_n);
+            matmul_lut(k, w, x, y, n, nt, luts, q ? (void *)(luts + lut_n) : NULL, luts + lut_n + lut_n / 2);
             return;
         }
     } else if (n < KVQ_GEMV_MAX_N && w->kind != KVQ_CW_AQLM_LUT) {

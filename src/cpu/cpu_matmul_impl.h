@@ -69,9 +69,10 @@ typedef struct {
     /* LUT build for groups [g0, g1): table s = g*M + m (1 KB each) holds
      * cb[m][c]·x[g*ig ..] for c < 256, as f32 [256] (or byte planes, VBMI). */
     void (*lut_build)(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
-    /* y[o] = scale[o] * sum_s table_s[code(o, s)] for o in [r0, min(r1, rows)); r0, r1 multiples of
-     * KVQ_AQLM_RB (or r1 == rows_pad); acc: (r1 - r0) floats of 64-byte aligned scratch. */
-    void (*lut_gemv)(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
+    /* acc[o - r0] = sum_{s in [s0, s1)} table_s[code(o, s)] for o in [r0, r1), without
+     * the row scales (s0 even; r0, r1 multiples of KVQ_AQLM_RB or r1 == rows_pad;
+     * acc 64-byte aligned). */
+    void (*lut_gemv)(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1);
     /* Codeword gather for nbits > 8, same contract as dense_gemv: each codeword
      * fetched once serves all n tokens. */
     void (*gather_gemv)(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
@@ -81,10 +82,9 @@ typedef struct {
      * of groups [g0, g1) as lut_build (plain f32 [256] layout), returns their
      * max |value|; lutq_pack: those tables as q = round(T * inv_scale) int16
      * tables (512 bytes per step; steps s, s+1 adjacent at qlut + s/2 * pair_stride,
-     * 1024 for one token); lutq_gemv: steps [s0, s1) (s0 even) of one token's
-     * int16 tables (pair_stride 1024) for rows [r0, r1) as for lut_gemv:
-     * out[o - r0] = scale * sum_s q_s[code(o, s)], without the row scales and
-     * bias (out, 64-byte aligned, is its int32 scratch first). */
+     * 1024 for one token); lutq_gemv: lut_gemv on one token's int16 tables
+     * (pair_stride 1024): out[o - r0] = scale * sum_s q_s[code(o, s)] (out is
+     * its int32 scratch first). */
     float (*lutq_build)(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
     void (*lutq_pack)(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride, int g0,
                       int g1);
@@ -136,7 +136,7 @@ void kvq_dense_gemv_scalar(const kvq_cpu_weight *w, const float *x, int n, float
 void kvq_dense_rows_scalar(const kvq_cpu_weight *w, int r0, int r1, float *out);
 void kvq_gemm_scalar(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy);
 void kvq_aqlm_lut_build_scalar(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
-void kvq_aqlm_lut_gemv_scalar(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_lut_gemv_scalar(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1);
 void kvq_aqlm_gather_gemv_scalar(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 void kvq_aqlm_rows_scalar(const kvq_cpu_weight *w, int r0, int r1, float *out);
 
@@ -158,16 +158,16 @@ void kvq_dense_gemv_avx2(const kvq_cpu_weight *w, const float *x, int n, float *
 void kvq_dense_rows_avx2(const kvq_cpu_weight *w, int r0, int r1, float *out);
 void kvq_gemm_avx2(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy);
 void kvq_aqlm_lut_build_avx2(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
-void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1);
 void kvq_aqlm_gather_gemv_avx2(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 void kvq_aqlm_rows_avx2(const kvq_cpu_weight *w, int r0, int r1, float *out);
 /* cpu_dense_avx512.c / cpu_aqlm_avx512.c */
 void kvq_dense_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 void kvq_gemm_avx512(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy);
 void kvq_aqlm_lut_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
-void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1);
 void kvq_aqlm_lut_build_vbmi(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
-void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_weight *w, const float *lut, float *acc, float *y, int r0, int r1);
+void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1);
 void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 /* cpu_amx_avx512.c: bf16 tiles with hi/lo splits (see there). */
 int kvq_amx_probe(void);
