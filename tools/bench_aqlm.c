@@ -44,14 +44,19 @@ static int bench_format(int rows, int cols, int M, int nbits, size_t min_bytes, 
                          .in_group = ig, .code_bytes = cbytes, .codebooks = cb, .scales = scales, .name = "bench.aqlm"};
 
     /* What one GEMV must stream: codes plus (f32) scales. Codebooks are not
-     * counted (2x8: 16 KB; 1x16: 1 MB fp16, which does come from memory too). */
+     * counted (2x8: 16 KB; 1x16: 1 MB fp16), but as in a model every copy has
+     * its own, so a 1x16 GEMV finds its codebook cold too. */
     double bytes = (double)n_codes * cbytes + (double)rows * sizeof(float);
     int copies = (int)((double)min_bytes / bytes) + 1;
     kvq_cpu_weight **w = calloc((size_t)copies, sizeof *w);
     uint8_t **codes = calloc((size_t)copies, sizeof *codes);
-    if (!w || !codes) return kvq_tool_die(PROG, "out of memory");
+    uint16_t **cbs = calloc((size_t)copies, sizeof *cbs);
+    if (!w || !codes || !cbs) return kvq_tool_die(PROG, "out of memory");
     for (int i = 0; i < copies; i++) {
         if (!(codes[i] = kvq_alloc_aligned(n_codes * cbytes))) return kvq_tool_die(PROG, "out of memory");
+        if (!(cbs[i] = kvq_alloc_aligned(M * K * ig * sizeof *cb))) return kvq_tool_die(PROG, "out of memory");
+        memcpy(cbs[i], cb, M * K * ig * sizeof *cb);
+        d.codebooks = cbs[i];
         for (size_t j = 0; j < n_codes * cbytes; j += 4) { /* n_codes is a multiple of 4: rows x (cols/8), cols % 32 == 0 */
             uint32_t r = rnd();
             memcpy(codes[i] + j, &r, 4);
@@ -80,9 +85,10 @@ static int bench_format(int rows, int cols, int M, int nbits, size_t min_bytes, 
     res->bytes = bytes;
     res->gbs = bytes / best / 1e9;
 
-    for (int i = 0; i < copies; i++) kvq_cpu_weight_free(w[i]), kvq_free_aligned(codes[i]);
+    for (int i = 0; i < copies; i++) kvq_cpu_weight_free(w[i]), kvq_free_aligned(codes[i]), kvq_free_aligned(cbs[i]);
     free(w);
     free(codes);
+    free(cbs);
     free(cb);
     free(scales);
     free(x);

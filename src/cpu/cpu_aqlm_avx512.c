@@ -233,6 +233,7 @@ static inline __attribute__((always_inline)) void gather_rows(const kvq_cpu_weig
     size_t per_row = (size_t)w->G * w->M, rows = (size_t)w->rows;
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * per_row;
+        kvq_cb_prefetch_slice(w, o - r0);
         float out[KVQ_GEMV_MAX_T];
         switch (n) {
         case 1: row_gather(w, c, x, out, 1, IG, M1); break;
