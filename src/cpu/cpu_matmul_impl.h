@@ -13,9 +13,12 @@
 /* LUT-path rows are padded to a multiple of this and split among threads in
  * units of it: one 64-byte line of codes per (group, codebook) step. */
 #define KVQ_AQLM_RB 64
-/* LUT kernels prefetch the codes this many steps ahead: a thread's codes for
- * one step are a short run (a few KB) per page, too short for the hardware
- * prefetcher to get going; without it decode ran ~1.5x slower from DRAM. */
+/* LUT kernels prefetch the codes this many steps ahead. Measured when threads
+ * split the rows (a short run of each step per page, too short for the
+ * hardware prefetcher: ~1.5x slower from DRAM without it); decode now splits
+ * the steps, so its codes are one sequential run, and the prefetch (into L2)
+ * was kept there without re-measuring it off. The batched kernel still
+ * splits rows. */
 #define KVQ_LUT_PREFETCH 2
 /* Dense GEMV kernels prefetch (into L2) this far ahead in the weights: one
  * thread's stream of rows alone kept too few misses in flight (lm_head
