@@ -328,6 +328,9 @@ static void test_threaded(void **state) {
     make_aqlm(&w, 301, 1024, 2, 8, 8, 1, 1); /* 2x8 */
     check_weight(&w, ns, 4, "aqlm 2x8 301x1024");
     wdesc_free(&w);
+    make_aqlm(&w, 301, 1000, 3, 8, 8, 1, 0); /* odd M: group pairs per thread, table chunks with a remainder */
+    check_weight(&w, ns, 4, "aqlm 3x8 301x1000");
+    wdesc_free(&w);
     make_aqlm(&w, 301, 1024, 1, 16, 8, 2, 0); /* 1x16 */
     check_weight(&w, ns, 4, "aqlm 1x16 301x1024");
     wdesc_free(&w);

@@ -190,7 +190,7 @@ void kvq_aqlm_lut_build_scalar(const kvq_cpu_weight *w, const float *x, float *l
     for (int g = g0; g < g1; g++) {
         const float *xg = x + (size_t)g * ig;
         for (int m = 0; m < M; m++) {
-            float *l = lut + ((size_t)g * M + m) * 256;
+            float *l = lut + ((size_t)(g - g0) * M + m) * 256;
             const float *cb = w->cb + (size_t)m * 256 * ig;
             for (int c = 0; c < 256; c++) {
                 float s = 0.0f;
@@ -204,9 +204,8 @@ void kvq_aqlm_lut_build_scalar(const kvq_cpu_weight *w, const float *x, float *l
 void kvq_aqlm_lut_gemv_scalar(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1) {
     size_t S = (size_t)s1, n = (size_t)(r1 - r0);
     const uint8_t *codes = (const uint8_t *)w->codes + r0;
-    for (size_t i = 0; i < n; i++) acc[i] = 0.0f;
     for (size_t s = (size_t)s0; s < S; s++) {
-        const float *l = lut + s * 256;
+        const float *l = lut + (s - (size_t)s0) * 256;
         const uint8_t *c = codes + s * (size_t)w->rows_pad;
         if (s + KVQ_LUT_PREFETCH < S) /* a builtin, not an intrinsic: no-op where unsupported */
             for (size_t i = 0; i < n; i += 64) __builtin_prefetch(c + KVQ_LUT_PREFETCH * (size_t)w->rows_pad + i);

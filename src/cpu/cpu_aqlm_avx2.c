@@ -5,6 +5,10 @@
 
 #include "cpu/cpu_matmul_impl.h"
 
+#ifndef AHEAD
+#define AHEAD 4
+#endif
+
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -19,7 +23,7 @@ void kvq_aqlm_lut_build_avx2(const kvq_cpu_weight *w, const float *x, float *lut
         for (int j = 0; j < ig; j++) xb[j] = _mm256_broadcast_ss(x + (size_t)g * ig + j);
         for (int m = 0; m < M; m++) {
             const float *ct = w->cb_t + (size_t)m * ig * 256; /* [ig][256]: entry c of coordinate j */
-            float *l = lut + ((size_t)g * M + m) * 256;
+            float *l = lut + ((size_t)(g - g0) * M + m) * 256;
             for (int c = 0; c < 256; c += 8) {
                 __m256 a0 = _mm256_mul_ps(_mm256_load_ps(ct + c), xb[0]);
                 __m256 a1 = _mm256_mul_ps(_mm256_load_ps(ct + 256 + c), xb[1]);
@@ -33,34 +37,37 @@ void kvq_aqlm_lut_build_avx2(const kvq_cpu_weight *w, const float *x, float *lut
     }
 }
 
+/* 8 rows' entries of one step's table. */
+static inline __m256 look8(const float *l, const uint8_t *c) {
+    return _mm256_i32gather_ps(l, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c)), 4);
+}
+
 void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1) {
     size_t S = (size_t)s1, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad, s = (size_t)s0;
     const uint8_t *codes = (const uint8_t *)w->codes + r0;
-    for (size_t i = 0; i < n; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
-    /* Two steps per pass over acc: two 1 KB tables stay in L1, acc traffic halves. */
-    for (; s + 2 <= S; s += 2) {
-        const float *l0 = lut + s * 256, *l1 = l0 + 256;
-        const uint8_t *c0 = codes + s * pad, *c1 = c0 + pad;
-        int pf = s + 2 + KVQ_LUT_PREFETCH < S;
+    /* Four steps per pass over acc: four 1 KB tables stay in L1, and the
+     * gathers (load-port bound) share each acc load four ways. The prefetch
+     * runs past s1 (the caller's next chunk), up to the matrix's last step. */
+    size_t total = (size_t)w->G * w->M;
+    for (; s + 4 <= S; s += 4) {
+        const float *l = lut + (s - (size_t)s0) * 256;
+        const uint8_t *c = codes + s * pad;
+        int pf = s + 4 + AHEAD <= total;
         for (size_t i0 = 0; i0 < n; i0 += 64) {
-            if (pf) {
-                _mm_prefetch((const char *)(c0 + (2 + KVQ_LUT_PREFETCH) * pad + i0), _MM_HINT_T0);
-                _mm_prefetch((const char *)(c1 + (2 + KVQ_LUT_PREFETCH) * pad + i0), _MM_HINT_T0);
-            }
+            if (pf)
+                for (size_t k = 0; k < 4; k++)
+                    _mm_prefetch((const char *)(c + (AHEAD + k) * pad + i0), _MM_HINT_T0);
             for (size_t i = i0; i < i0 + 64; i += 8) {
-                __m256 v0 = _mm256_i32gather_ps(l0, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c0 + i))), 4);
-                __m256 v1 = _mm256_i32gather_ps(l1, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c1 + i))), 4);
-                _mm256_store_ps(acc + i, _mm256_add_ps(_mm256_load_ps(acc + i), _mm256_add_ps(v0, v1)));
+                __m256 v01 = _mm256_add_ps(look8(l, c + i), look8(l + 256, c + pad + i));
+                __m256 v23 = _mm256_add_ps(look8(l + 512, c + 2 * pad + i), look8(l + 768, c + 3 * pad + i));
+                _mm256_store_ps(acc + i, _mm256_add_ps(_mm256_load_ps(acc + i), _mm256_add_ps(v01, v23)));
             }
         }
     }
-    if (s < S) {
-        const float *l0 = lut + s * 256;
-        const uint8_t *c0 = codes + s * pad;
-        for (size_t i = 0; i < n; i += 8) {
-            __m256 v0 = _mm256_i32gather_ps(l0, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(c0 + i))), 4);
-            _mm256_store_ps(acc + i, _mm256_add_ps(_mm256_load_ps(acc + i), v0));
-        }
+    for (; s < S; s++) {
+        const float *l = lut + (s - (size_t)s0) * 256;
+        const uint8_t *c = codes + s * pad;
+        for (size_t i = 0; i < n; i += 8) _mm256_store_ps(acc + i, _mm256_add_ps(_mm256_load_ps(acc + i), look8(l, c + i)));
     }
 }
 

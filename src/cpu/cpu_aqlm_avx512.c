@@ -23,7 +23,7 @@ static inline __attribute__((always_inline)) __m512 table16(const float *ct, con
 /* f32 tables of groups [g0, g1); returns their max |entry| (0 when want_max is 0).
  * IG is a constant for the common 8 so the chains unroll. */
 static inline __attribute__((always_inline)) float build_f32(const kvq_cpu_weight *w, const float *x, float *lut, int g0,
-                                                             int g1, const int IG, const int want_max) {
+                                                             int g1, int gbase, const int IG, const int want_max) {
     int M = w->M;
     __m512 mx = _mm512_setzero_ps();
     for (int g = g0; g < g1; g++) {
@@ -31,7 +31,7 @@ static inline __attribute__((always_inline)) float build_f32(const kvq_cpu_weigh
         for (int j = 0; j < IG; j++) xb[j] = _mm512_set1_ps(x[(size_t)g * IG + j]);
         for (int m = 0; m < M; m++) {
             const float *ct = w->cb_t + (size_t)m * IG * 256; /* [ig][256] */
-            float *l = lut + ((size_t)g * M + m) * 256;
+            float *l = lut + ((size_t)(g - gbase) * M + m) * 256;
             for (int c = 0; c < 256; c += 16) {
                 __m512 v = table16(ct, xb, IG, c);
                 _mm512_store_ps(l + c, v);
@@ -44,18 +44,17 @@ static inline __attribute__((always_inline)) float build_f32(const kvq_cpu_weigh
 
 void kvq_aqlm_lut_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1) {
     if (w->ig == 8)
-        build_f32(w, x, lut, g0, g1, 8, 0);
+        build_f32(w, x, lut, g0, g1, g0, 8, 0);
     else
-        build_f32(w, x, lut, g0, g1, w->ig, 0);
+        build_f32(w, x, lut, g0, g1, g0, w->ig, 0);
 }
 
 void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1) {
     size_t S = (size_t)s1, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad, s = (size_t)s0;
     const uint8_t *codes = (const uint8_t *)w->codes + r0;
-    for (size_t i = 0; i < n; i += 16) _mm512_store_ps(acc + i, _mm512_setzero_ps());
     /* Two steps per pass over acc: two 1 KB tables stay in L1, acc traffic halves. */
     for (; s + 2 <= S; s += 2) {
-        const float *l0 = lut + s * 256, *l1 = l0 + 256;
+        const float *l0 = lut + (s - (size_t)s0) * 256, *l1 = l0 + 256;
         const uint8_t *c0 = codes + s * pad, *c1 = c0 + pad;
         int pf = s + 2 + KVQ_LUT_PREFETCH < S;
         for (size_t i0 = 0; i0 < n; i0 += 64) {
@@ -71,7 +70,7 @@ void kvq_aqlm_lut_gemv_avx512(const kvq_cpu_weight *w, const float *lut, int s0,
         }
     }
     if (s < S) {
-        const float *l0 = lut + s * 256;
+        const float *l0 = lut + (s - (size_t)s0) * 256;
         const uint8_t *c0 = codes + s * pad;
         for (size_t i = 0; i < n; i += 16) {
             __m512 v0 = _mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(c0 + i))), l0, 4);
@@ -96,6 +95,17 @@ static inline __attribute__((always_inline)) void lanes4x4(__m512i in[4], __m512
     out[3] = _mm512_shuffle_i64x2(b, d, 0xdd);
 }
 
+/* The f32 VBMI lookups add rows in a lane-transposed order per 64 rows: 4x4
+ * lane transpose of each 64 f32, its own inverse, so one function maps both ways. */
+static inline void row_order(float *acc, size_t n) {
+    for (size_t i = 0; i < n; i += 64) {
+        __m512i in[4], out[4];
+        for (int k = 0; k < 4; k++) in[k] = _mm512_castps_si512(_mm512_load_ps(acc + i + 16 * k));
+        lanes4x4(in, out);
+        for (int k = 0; k < 4; k++) _mm512_store_ps(acc + i + 16 * k, _mm512_castsi512_ps(out[k]));
+    }
+}
+
 /* Byte permute grouping 16 f32 by byte: out byte 16p + k = in byte 4k + p. */
 static const uint8_t k_planes_idx[64] = {
     0, 4, 8,  12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 1, 5, 9,  13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61,
@@ -111,7 +121,7 @@ __attribute__((target("avx512vbmi"))) void kvq_aqlm_lut_build_vbmi(const kvq_cpu
         for (int j = 0; j < ig; j++) xb[j] = _mm512_set1_ps(x[(size_t)g * ig + j]);
         for (int m = 0; m < M; m++) {
             const float *ct = w->cb_t + (size_t)m * ig * 256; /* [ig][256] */
-            uint8_t *out = (uint8_t *)(lut + ((size_t)g * M + m) * 256);
+            uint8_t *out = (uint8_t *)(lut + ((size_t)(g - g0) * M + m) * 256);
             for (int q = 0; q < 4; q++) { /* entries 64q .. 64q+63 */
                 __m512i by[4], pl[4];
                 for (int i = 0; i < 4; i++) {
@@ -129,9 +139,9 @@ __attribute__((target("avx512vbmi"))) void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_
                                                                     int s1, float *acc, int r0, int r1) {
     size_t S = (size_t)s1, n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad;
     const uint8_t *codes = (const uint8_t *)w->codes + r0;
-    for (size_t i = 0; i < n; i += 16) _mm512_store_ps(acc + i, _mm512_setzero_ps());
+    row_order(acc, n); /* acc in the lookups' row order (below) */
     for (size_t s = (size_t)s0; s < S; s++) {
-        const __m512i *tb = (const __m512i *)(lut + s * 256);
+        const __m512i *tb = (const __m512i *)(lut + (s - (size_t)s0) * 256);
         __m512i t[16];
         for (int i = 0; i < 16; i++) t[i] = _mm512_load_si512(tb + i); /* t[4p + q]: plane p, entries 64q.. */
         const uint8_t *c = codes + s * pad;
@@ -155,13 +165,7 @@ __attribute__((target("avx512vbmi"))) void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_
             for (int k = 0; k < 4; k++) _mm512_store_ps(a + 16 * k, _mm512_add_ps(_mm512_load_ps(a + 16 * k), v[k]));
         }
     }
-    /* Back to row order (the same lane transpose). */
-    for (size_t i = 0; i < n; i += 64) {
-        __m512i in[4], out[4];
-        for (int k = 0; k < 4; k++) in[k] = _mm512_castps_si512(_mm512_load_ps(acc + i + 16 * k));
-        lanes4x4(in, out);
-        for (int k = 0; k < 4; k++) _mm512_store_ps(acc + i + 16 * k, _mm512_castsi512_ps(out[k]));
-    }
+    row_order(acc, n); /* back to row order */
 }
 
 /* Codeword of group g as 16 f32 (sum over the M codebooks): with IG 16 one
@@ -264,7 +268,7 @@ void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n,
  * unpacks + vpmaddwd, measured in L2 on Sapphire Rapids). */
 
 float kvq_aqlm_lutq_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1) {
-    return w->ig == 8 ? build_f32(w, x, lut, g0, g1, 8, 1) : build_f32(w, x, lut, g0, g1, w->ig, 1);
+    return w->ig == 8 ? build_f32(w, x, lut, g0, g1, 0, 8, 1) : build_f32(w, x, lut, g0, g1, 0, w->ig, 1);
 }
 
 /* After packs_epi32 of entries (0..15, 16..31) and (32..47, 48..63), byte

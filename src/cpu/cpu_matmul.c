@@ -360,11 +360,23 @@ static int threads_for(int n_threads, size_t work) {
  * row slice of every step), then after one barrier each thread adds the
  * partials of a slice of rows. With an odd M, groups go in twos so every
  * thread's first step is even (step pairs share a table block).
- * qlut NULL: f32 tables (lut_gemv); else int16 tables (lutq_*). */
+ * qlut NULL: f32 tables (lut_gemv), built and used lut_chunk(w) groups at a
+ * time in the thread's own lut_chunk(w)*M*256 floats at lut + t*that, so
+ * they are still in L1 when looked up (all of a 14336-column matrix's f32
+ * tables are 1.8 MB per thread: they fell out of L2, and the AVX2 gathers
+ * waited on them). Else int16 tables (lutq_*), all built first: one scale
+ * per thread needs all of its tables. */
 #define KVQ_MAX_LUT_THREADS 1024
+#define KVQ_LUT_CHUNK_STEPS 16
+
+static int lut_chunk(const kvq_cpu_weight *w) {
+    int unit = w->M % 2 ? 2 : 1, c = KVQ_LUT_CHUNK_STEPS / w->M / unit * unit;
+    return c < unit ? unit : c;
+}
+
 static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
                        float *lut, void *qlut, float *parts) {
-    int unit = w->M % 2 ? 2 : 1, units = (w->G + unit - 1) / unit, rows16 = (w->rows + 15) / 16;
+    int unit = w->M % 2 ? 2 : 1, units = (w->G + unit - 1) / unit, rows16 = (w->rows + 15) / 16, chunk = lut_chunk(w);
     size_t pad = (size_t)w->rows_pad;
     if (nt > KVQ_MAX_LUT_THREADS) nt = KVQ_MAX_LUT_THREADS;
 #pragma omp parallel num_threads(nt)
@@ -383,8 +395,13 @@ static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const f
                 k->lutq_pack(w, lut, mx > 0.0f ? 32767.0f / mx : 0.0f, qlut, 1024, g0, g1);
                 k->lutq_gemv(w, qlut, g0 * w->M, g1 * w->M, mx / 32767.0f, mine, 0, w->rows_pad);
             } else {
-                k->lut_build(w, xt, lut, g0, g1);
-                k->lut_gemv(w, lut, g0 * w->M, g1 * w->M, mine, 0, w->rows_pad);
+                float *own = lut + (size_t)t * chunk * w->M * 256;
+                memset(mine, 0, pad * sizeof *mine);
+                for (int gc = g0; gc < g1; gc += chunk) {
+                    int ge = gc + chunk < g1 ? gc + chunk : g1;
+                    k->lut_build(w, xt, own, gc, ge);
+                    k->lut_gemv(w, own, gc * w->M, ge * w->M, mine, 0, w->rows_pad);
+                }
             }
 #pragma omp barrier
             float *yt = y + (size_t)tok * w->rows;
@@ -585,14 +602,15 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
         }
     }
     if (w->kind == KVQ_CW_AQLM_LUT && n < KVQ_LUT_MAX_N) {
-        size_t lut_n = (size_t)w->G * w->M * 256;
-        /* f32 tables, int16 tables (half the size, int16 path only), a partial output per thread */
-        size_t parts_n = (size_t)(nt > KVQ_MAX_LUT_THREADS ? KVQ_MAX_LUT_THREADS : nt) * w->rows_pad;
-        float *luts = scratch(lut_n + lut_n / 2 + parts_n);
+        size_t lut_n = (size_t)w->G * w->M * 256, tn = nt > KVQ_MAX_LUT_THREADS ? KVQ_MAX_LUT_THREADS : (size_t)nt;
         /* int32 sums of int16 entries stay exact up to 65536 steps */
         int q = k->lutq_gemv && (size_t)w->G * w->M <= 65536;
+        /* int16 path: all f32 tables, then the int16 ones (half the size);
+         * f32 path: one chunk of tables per thread. Then a partial output per thread. */
+        size_t tables_n = q ? lut_n + lut_n / 2 : tn * (size_t)lut_chunk(w) * w->M * 256;
+        float *luts = scratch(tables_n + tn * w->rows_pad);
         if (luts) {
-            matmul_lut(k, w, x, y, n, nt, luts, q ? (void *)(luts + lut_n) : NULL, luts + lut_n + lut_n / 2);
+            matmul_lut(k, w, x, y, n, nt, luts, q ? (void *)(luts + lut_n) : NULL, luts + tables_n);
             return;
         }
     } else if (n < KVQ_GEMV_MAX_N && w->kind != KVQ_CW_AQLM_LUT) {

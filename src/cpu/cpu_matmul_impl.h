@@ -69,12 +69,14 @@ typedef struct {
     void (*dense_rows)(const kvq_cpu_weight *w, int r0, int r1, float *out);
     /* y[t*ldy + i] = W[i*ldw ..]·x[t*cols ..] for i < nr, t < n (f32 tile times tokens). */
     void (*gemm)(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy);
-    /* LUT build for groups [g0, g1): table s = g*M + m (1 KB each) holds
-     * cb[m][c]·x[g*ig ..] for c < 256, as f32 [256] (or byte planes, VBMI). */
+    /* LUT build for groups [g0, g1): table s = g*M + m (1 KB each, at lut +
+     * (s - g0*M)*256: lut holds these groups only) is cb[m][c]·x[g*ig ..] for
+     * c < 256, as f32 [256] (or byte planes, VBMI). */
     void (*lut_build)(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
-    /* acc[o - r0] = sum_{s in [s0, s1)} table_s[code(o, s)] for o in [r0, r1), without
-     * the row scales (s0 even; r0, r1 multiples of KVQ_AQLM_RB or r1 == rows_pad;
-     * acc 64-byte aligned). */
+    /* acc[o - r0] += sum_{s in [s0, s1)} table_s[code(o, s)] for o in [r0, r1),
+     * without the row scales; table s at lut + (s - s0)*256, as lut_build left
+     * it for groups from s0/M (s0 even; r0, r1 multiples of KVQ_AQLM_RB or
+     * r1 == rows_pad; acc 64-byte aligned). */
     void (*lut_gemv)(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1);
     /* Codeword gather for nbits > 8, same contract as dense_gemv: each codeword
      * fetched once serves all n tokens. */
@@ -82,7 +84,8 @@ typedef struct {
     /* AQLM rows [r0, r1) dequantized (scale applied) into out[(r-r0)*cols]. */
     void (*aqlm_rows)(const kvq_cpu_weight *w, int r0, int r1, float *out);
     /* Optional int16-table LUT path (NULL: f32 tables). lutq_build: f32 tables
-     * of groups [g0, g1) as lut_build (plain f32 [256] layout), returns their
+     * of groups [g0, g1) as lut_build (plain f32 [256] layout) but at their
+     * absolute place lut + s*256, returns their
      * max |value|; lutq_pack: those tables as q = round(T * inv_scale) int16
      * tables (512 bytes per step; steps s, s+1 adjacent at qlut + s/2 * pair_stride,
      * 1024 for one token); lutq_gemv: lut_gemv on one token's int16 tables
