@@ -202,12 +202,12 @@ void kvq_aqlm_lut_build_scalar(const kvq_cpu_weight *w, const float *x, float *l
 }
 
 void kvq_aqlm_lut_gemv_scalar(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1) {
-    size_t S = (size_t)s1, n = (size_t)(r1 - r0);
+    size_t S = (size_t)s1, n = (size_t)(r1 - r0), total = (size_t)w->G * w->M;
     const uint8_t *codes = (const uint8_t *)w->codes + r0;
     for (size_t s = (size_t)s0; s < S; s++) {
         const float *l = lut + (s - (size_t)s0) * 256;
         const uint8_t *c = codes + s * (size_t)w->rows_pad;
-        if (s + KVQ_LUT_PREFETCH < S) /* a builtin, not an intrinsic: no-op where unsupported */
+        if (s + KVQ_LUT_PREFETCH < total) /* a builtin, not an intrinsic: no-op where unsupported; runs on into the next chunk */
             for (size_t i = 0; i < n; i += 64) __builtin_prefetch(c + KVQ_LUT_PREFETCH * (size_t)w->rows_pad + i);
         for (size_t i = 0; i < n; i++) acc[i] += l[c[i]];
     }

@@ -5,10 +5,6 @@
 
 #include "cpu/cpu_matmul_impl.h"
 
-#ifndef AHEAD
-#define AHEAD 4
-#endif
-
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -52,11 +48,11 @@ void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, int s0, i
     for (; s + 4 <= S; s += 4) {
         const float *l = lut + (s - (size_t)s0) * 256;
         const uint8_t *c = codes + s * pad;
-        int pf = s + 4 + AHEAD <= total;
+        int pf = s + 4 + KVQ_LUT_AHEAD <= total;
         for (size_t i0 = 0; i0 < n; i0 += 64) {
             if (pf)
                 for (size_t k = 0; k < 4; k++)
-                    _mm_prefetch((const char *)(c + (AHEAD + k) * pad + i0), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(c + (KVQ_LUT_AHEAD + k) * pad + i0), _MM_HINT_T0);
             for (size_t i = i0; i < i0 + 64; i += 8) {
                 __m256 v01 = _mm256_add_ps(look8(l, c + i), look8(l + 256, c + pad + i));
                 __m256 v23 = _mm256_add_ps(look8(l + 512, c + 2 * pad + i), look8(l + 768, c + 3 * pad + i));
