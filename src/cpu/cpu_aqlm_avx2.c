@@ -53,10 +53,27 @@ void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, int s0, i
             if (pf)
                 for (size_t k = 0; k < 4; k++)
                     _mm_prefetch((const char *)(c + (KVQ_LUT_AHEAD + k) * pad + i0), _MM_HINT_T0);
-            for (size_t i = i0; i < i0 + 64; i += 8) {
-                __m256 v01 = _mm256_add_ps(look8(l, c + i), look8(l + 256, c + pad + i));
-                __m256 v23 = _mm256_add_ps(look8(l + 512, c + 2 * pad + i), look8(l + 768, c + 3 * pad + i));
-                _mm256_store_ps(acc + i, _mm256_add_ps(_mm256_load_ps(acc + i), _mm256_add_ps(v01, v23)));
+            for (size_t i = i0; i < i0 + 64; i += 32) {
+                /* one 32-byte load per step; the gathers' indices are widened
+                 * from registers (saves a load per gather; loads are the limit) */
+                __m256 v[4];
+                for (int k = 0; k < 4; k++) {
+                    __m256i cc = _mm256_load_si256((const __m256i *)(c + (size_t)k * pad + i));
+                    __m128i lo = _mm256_castsi256_si128(cc), hi = _mm256_extracti128_si256(cc, 1);
+                    const float *lk = l + 256 * k;
+                    __m256 a0 = _mm256_i32gather_ps(lk, _mm256_cvtepu8_epi32(lo), 4);
+                    __m256 a1 = _mm256_i32gather_ps(lk, _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(lo, lo)), 4);
+                    __m256 a2 = _mm256_i32gather_ps(lk, _mm256_cvtepu8_epi32(hi), 4);
+                    __m256 a3 = _mm256_i32gather_ps(lk, _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(hi, hi)), 4);
+                    if (k == 0) {
+                        v[0] = a0, v[1] = a1, v[2] = a2, v[3] = a3;
+                    } else {
+                        v[0] = _mm256_add_ps(v[0], a0), v[1] = _mm256_add_ps(v[1], a1);
+                        v[2] = _mm256_add_ps(v[2], a2), v[3] = _mm256_add_ps(v[3], a3);
+                    }
+                }
+                for (int q = 0; q < 4; q++)
+                    _mm256_store_ps(acc + i + 8 * q, _mm256_add_ps(_mm256_load_ps(acc + i + 8 * q), v[q]));
             }
         }
     }
