@@ -96,6 +96,9 @@ typedef struct {
     int n_threads;       /* 0: all cores */
     const char *device;  /* GPU device index ("0", "1"...) or part of its name; NULL: the best
                             (a GPU backend also reads KVQ_VK_DEVICE) */
+    int aqlm_cb8;        /* CPU only, opt-in and lossy: one-codebook AQLM with 9..16-bit codes
+                            (1x16) keeps its codebook as int8, one scale per codebook: half the
+                            bytes, faster decode; ~1% RMS change of the weights (README) */
 } kvq_model_params;
 
 KVQ_API kvq_model_params kvq_model_default_params(void);

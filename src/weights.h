@@ -42,6 +42,10 @@ typedef struct {
      * backend that made its own copy of a tensor may drop the mapping's pages
      * (madvise); 0: plain memory, which must not be touched that way. */
     int in_mapping;
+
+    /* 1: an AQLM weight with one codebook of 9..16-bit codes may keep that
+     * codebook as int8 with one scale (lossy; the CPU backend's opt-in). */
+    int cb8;
 } kvq_weight_desc;
 
 /* Code value for (row o, group g, codebook m), already reduced mod 2^nbits. */

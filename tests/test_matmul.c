@@ -339,6 +339,79 @@ static void test_threaded(void **state) {
     wdesc_free(&w);
 }
 
+/* The opt-in int8 codebook (desc cb8, one codebook of 9..16-bit codes):
+ * every path equals the scalar kernels on the int8 weights (f32 rounding
+ * only; AMX its own bound), rows are bit-identical across paths, and the
+ * whole stays within KVQ_CB8_REL_L2 of the fp16 weights while differing from
+ * them (so the int8 codebook is really in use). Two codebooks ignore cb8. */
+static void check_cb8(wdesc *w, const char *what) {
+    static const int ns[] = {1, 3, 17, 45};
+    int rows = w->d.rows, cols = w->d.cols, nmax = 45;
+    float *x = malloc(sizeof(float) * (size_t)nmax * cols), *y = malloc(sizeof(float) * (size_t)nmax * rows);
+    float *ys = malloc(sizeof(float) * (size_t)nmax * rows), *yr = malloc(sizeof(float) * (size_t)nmax * rows);
+    float *row = malloc(sizeof(float) * (size_t)cols), *row_s = malloc(sizeof(float) * (size_t)cols * rows);
+    assert_true(x && y && ys && yr && row && row_s);
+    tu_rand_fill(x, (size_t)nmax * cols, &rng);
+    kvq_isa saved = kvq_cpu_isa();
+    w->d.cb8 = 1;
+    for (int i = 0; i < 4; i++) {
+        int n = ns[i];
+        kvq_ref_matmul(&w->d, x, yr, n);
+        path pa;
+        for (int pi = 0; path_get(pi, &pa); pi++) {
+            kvq_cpu_weight *cw = kvq_cpu_weight_new(&w->d);
+            if (!cw) fail_msg("%s: weight_new failed: %s", what, kvq_last_error());
+            int nt = 1 + (i + pi) % 3;
+            kvq_cpu_matmul(cw, x, y, n, nt);
+            double e_ref = tu_rel_l2(y, yr, (size_t)n * rows);
+            if (w->d.n_codebooks > 1) {
+                if (!(e_ref <= 1e-5)) fail_msg("%s n=%d path=%s: cb8 with M > 1 moved the result (%.3g)", what, n, path_name(&pa), e_ref);
+            } else if (!(e_ref <= KVQ_CB8_REL_L2 && e_ref > 1e-6)) {
+                fail_msg("%s n=%d path=%s: rel L2 to the fp16 weights %.3g, not in (1e-6, %.0e]", what, n, path_name(&pa), e_ref,
+                         KVQ_CB8_REL_L2);
+            }
+            if (pi == 0) { /* the scalar path: the spec for the int8 weights */
+                memcpy(ys, y, sizeof(float) * (size_t)n * rows);
+                for (int o = 0; o < rows; o++) kvq_cpu_weight_row(cw, o, row_s + (size_t)o * cols);
+            } else {
+                double e = tu_rel_l2(y, ys, (size_t)n * rows), tol = pa.amx && n >= 16 ? KVQ_AMX_REL_L2 : 1e-5;
+                if (!(e <= tol)) fail_msg("%s n=%d path=%s threads=%d: rel L2 to scalar %.3g > %.1g", what, n, path_name(&pa), nt, e, tol);
+                for (int o = 0; o < rows; o++) {
+                    kvq_cpu_weight_row(cw, o, row);
+                    if (memcmp(row, row_s + (size_t)o * cols, sizeof(float) * (size_t)cols))
+                        fail_msg("%s path=%s: row %d differs from the scalar path", what, path_name(&pa), o);
+                }
+            }
+            if (i == 0 && n == 1 && pi == 0) print_message("%s: rel L2 to the fp16 weights %.2e\n", what, e_ref);
+            kvq_cpu_weight_free(cw);
+        }
+    }
+    kvq_cpu_set_isa(saved);
+    kvq_cpu_set_vbmi(2);
+    kvq_cpu_set_amx(1);
+    free(x), free(y), free(ys), free(yr), free(row), free(row_s);
+}
+
+static void test_cb8(void **state) {
+    (void)state;
+    wdesc w;
+    make_aqlm(&w, 37, 13 * 8, 1, 16, 8, 2, 1); /* odd group count: the 8-value tail */
+    check_cb8(&w, "cb8 1x16 37x104");
+    wdesc_free(&w);
+    make_aqlm(&w, 70, 13 * 16, 1, 16, 16, 2, 0); /* g16 */
+    check_cb8(&w, "cb8 1x16g16 70x208");
+    wdesc_free(&w);
+    make_aqlm(&w, 40, 96, 1, 12, 8, 2, 0); /* 12-bit codes */
+    check_cb8(&w, "cb8 1x12 40x96");
+    wdesc_free(&w);
+    make_aqlm(&w, 301, 1024, 1, 16, 8, 2, 0); /* several threads */
+    check_cb8(&w, "cb8 1x16 301x1024");
+    wdesc_free(&w);
+    make_aqlm(&w, 37, 64, 2, 16, 8, 2, 0); /* two codebooks: cb8 ignored */
+    check_cb8(&w, "cb8 2x16 37x64");
+    wdesc_free(&w);
+}
+
 static void expect_reject(kvq_weight_desc d, const char *why) {
     d.name = "model.layers.7.mlp.odd_proj";
     kvq_cpu_weight *cw = kvq_cpu_weight_new(&d);
@@ -382,7 +455,7 @@ static void test_unsupported(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ref_tiny_aqlm), cmocka_unit_test(test_dense),      cmocka_unit_test(test_aqlm_shapes),
-        cmocka_unit_test(test_threaded),      cmocka_unit_test(test_unsupported),
+        cmocka_unit_test(test_threaded),      cmocka_unit_test(test_cb8),     cmocka_unit_test(test_unsupported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

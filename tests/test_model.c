@@ -185,6 +185,47 @@ static void test_context_limits(void **state) {
     kvq_context_free(c);
 }
 
+/* The opt-in int8 codebook (kvq_model_params.aqlm_cb8, CPU): the model
+ * loaded with it says so, its logits move (the int8 codebook is in use) but
+ * stay within KVQ_TEST_CB8_LOGITS of the fp32 reference with the same top
+ * token; decode (token by token) agrees with the batch. */
+#define KVQ_TEST_CB8_LOGITS 6e-2
+static void test_cb8(void **state) {
+    fixture *f = *state;
+    TU_NEED_FIXTURE(f);
+    if (g_backend && *g_backend && strcmp(g_backend, "cpu")) skip();
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s", tu_fixture(!strcmp(f->name, "brown-llama-aqlm-1x16") ? "models/brown-llama-aqlm-1x16"
+                                                                                       : "models/llama3-tiny-aqlm-1x16g16"));
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = "cpu";
+    mp.aqlm_cb8 = 1;
+    kvq_model *m;
+    if (kvq_model_load(dir, &mp, &m) != KVQ_OK) fail_msg("load %s: %s", dir, kvq_last_error());
+    assert_non_null(strstr(kvq_model_backend_name(m), "int8 AQLM codebooks"));
+    kvq_context *c8 = new_ctx(m, KVQ_CACHE_F32, 512), *c = new_ctx(f->m, KVQ_CACHE_F32, 512);
+    kvq_context *one = new_ctx(m, KVQ_CACHE_F32, 1);
+    assert_int_equal(kvq_eval(c8, f->prompt, f->n_prompt), KVQ_OK);
+    assert_int_equal(kvq_eval(c, f->prompt, f->n_prompt), KVQ_OK);
+    for (int i = 0; i < f->n_prompt; i++) assert_int_equal(kvq_eval(one, f->prompt + i, 1), KVQ_OK);
+    const float *l8 = kvq_logits(c8);
+    double moved = tu_rel_l2(l8, kvq_logits(c), (size_t)f->n_vocab), err = tu_rel_l2(l8, f->ref_logits, (size_t)f->n_vocab);
+    double e1 = tu_rel_l2(kvq_logits(one), l8, (size_t)f->n_vocab);
+    int a[3], b[3];
+    top3(l8, f->n_vocab, a);
+    top3(f->ref_logits, f->n_vocab, b);
+    print_message("%s int8 codebooks: rel L2 %.2e to the reference, %.2e to the fp16 codebooks, token-by-token %.2e\n",
+                  f->name, err, moved, e1);
+    if (!(moved > 1e-5)) fail_msg("%s: int8 codebooks changed nothing (%.3g)", f->name, moved);
+    if (!(err <= KVQ_TEST_CB8_LOGITS)) fail_msg("%s: int8 codebooks rel L2 %.3e > %.0e", f->name, err, KVQ_TEST_CB8_LOGITS);
+    if (a[0] != b[0]) fail_msg("%s: int8 codebooks change the top token", f->name);
+    assert_true(e1 <= 1e-4);
+    kvq_context_free(c8);
+    kvq_context_free(c);
+    kvq_context_free(one);
+    kvq_model_free(m);
+}
+
 #define MODEL_TESTS(id)                                                          \
     cmocka_unit_test_setup_teardown(test_logits_f32, setup_##id, teardown),      \
         cmocka_unit_test_setup_teardown(test_logits_f16, setup_##id, teardown),  \
@@ -207,6 +248,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         MODEL_TESTS(fp16), MODEL_TESTS(a2x8), MODEL_TESTS(a1x16), MODEL_TESTS(llama3), MODEL_TESTS(mistral),
         cmocka_unit_test_setup_teardown(test_context_limits, setup_a2x8, teardown),
+        cmocka_unit_test_setup_teardown(test_cb8, setup_a1x16, teardown),
+        cmocka_unit_test_setup_teardown(test_cb8, setup_llama3, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,6 +30,8 @@ typedef struct {
     double ms, gbs, bytes;
 } result;
 
+static int g_cb8; /* --cb8: the 1x16 weights keep int8 codebooks */
+
 /* Times n=1 matmuls over enough uploads of one random AQLM weight to span min_bytes. */
 static int bench_format(int rows, int cols, int M, int nbits, size_t min_bytes, int nt, result *res) {
     int ig = 8, G = cols / ig, cbytes = nbits > 8 ? 2 : 1;
@@ -41,7 +43,8 @@ static int bench_format(int rows, int cols, int M, int nbits, size_t min_bytes, 
     for (int o = 0; o < rows; o++) scales[o] = kvq_f32_to_f16(0.5f + rndf() * 0.25f);
     for (int k = 0; k < cols; k++) x[k] = rndf();
     kvq_weight_desc d = {.fmt = KVQ_W_AQLM, .rows = rows, .cols = cols, .n_codebooks = M, .nbits = nbits,
-                         .in_group = ig, .code_bytes = cbytes, .codebooks = cb, .scales = scales, .name = "bench.aqlm"};
+                         .in_group = ig, .code_bytes = cbytes, .codebooks = cb, .scales = scales, .name = "bench.aqlm",
+                         .cb8 = g_cb8};
 
     /* What one GEMV must stream: codes plus (f32) scales. Codebooks are not
      * counted (2x8: 16 KB; 1x16: 1 MB fp16), but as in a model every copy has
@@ -134,10 +137,10 @@ static double chunk_bw_gbs(int nt, size_t chunk) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench aqlm [-t THREADS] [--rows R --cols C] [--mb MB] [--no-vbmi] [--f32-lut]\n"
+    fprintf(f, "usage: kvq-bench aqlm [-t THREADS] [--rows R --cols C] [--mb MB] [--no-vbmi] [--f32-lut] [--cb8]\n"
                "  default shapes: 4096x4096, 11008x4096 (Llama-2-7B), 4096x14336, 14336x4096 (Llama-3-8B); MB: weight copies cycled per shape (1024: past any LLC)\n"
                "  KVQ_ISA=scalar|avx2|avx512 caps the kernels; --no-vbmi skips the AVX-512 VBMI lookups,\n"
-               "  --f32-lut uses them with f32 tables instead of int16 tables\n");
+               "  --f32-lut uses them with f32 tables instead of int16 tables; --cb8: 1x16 with int8 codebooks (--aqlm-cb8)\n");
 }
 
 int kvq_bench_aqlm(int argc, char **argv) {
@@ -156,6 +159,9 @@ int kvq_bench_aqlm(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--f32-lut")) {
             f32_lut = 1;
+            continue;
+        } else if (!strcmp(a, "--cb8")) {
+            g_cb8 = 1;
             continue;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
@@ -176,7 +182,8 @@ int kvq_bench_aqlm(int argc, char **argv) {
     int vbmi = kvq_cpu_isa() == KVQ_ISA_AVX512 && kvq_cpu_has_vbmi() && !no_vbmi ? (f32_lut ? 1 : 2) : 0;
     if (no_vbmi) kvq_cpu_set_vbmi(0);
     else if (f32_lut) kvq_cpu_set_vbmi(1);
-    printf("threads %ld, isa %s%s\n", nt, kvq_isa_name(kvq_cpu_isa()), vbmi == 2 ? "+vbmi, int16 tables" : vbmi ? "+vbmi, f32 tables" : "");
+    printf("threads %ld, isa %s%s%s\n", nt, kvq_isa_name(kvq_cpu_isa()), vbmi == 2 ? "+vbmi, int16 tables" : vbmi ? "+vbmi, f32 tables" : "",
+           g_cb8 ? ", 1x16 with int8 codebooks" : "");
     fflush(stdout);
 
     /* Bandwidth before and after the GEMVs, best of both: on a shared machine

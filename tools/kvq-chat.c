@@ -48,6 +48,7 @@ static void usage(FILE *f) {
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
+            "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --ids                 with -p: print generated token ids instead of text\n"
             "  --verbose-prompt      print the prompt's token ids on stderr\n"
             "  --logits-out FILE     with -p: write float32 logits of the last prompt position\n"
@@ -83,6 +84,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         else if (IS("--chat-template", "--chat-template")) { NEED_ARG(); o->chat_template = v; }
         else if (IS("--system", "-sys")) { NEED_ARG(); o->system = v; }
         else if (IS("--ids", "--ids")) o->print_ids = 1;
+        else if (IS("--aqlm-cb8", "--aqlm-cb8")) o->aqlm_cb8 = 1;
         else if (IS("--chat", "--chat")) o->chat = 1;
         else if (IS("--ignore-eos", "--ignore-eos")) o->ignore_eos = 1;
         else if (IS("--no-display-prompt", "--no-display-prompt")) o->no_display_prompt = 1;
@@ -301,6 +303,7 @@ int main(int argc, char **argv) {
     mp.n_threads = (int)o.threads;
     mp.backend = o.backend;
     mp.device = o.device;
+    mp.aqlm_cb8 = o.aqlm_cb8;
     double t0 = kvq_tool_now();
     kvq_model *m;
     chat_progress prog;

@@ -16,7 +16,10 @@
  * own layout and are read straight from the mapping. LUT codes are transposed
  * once at load (the lookups need one step's codes of many rows side by side);
  * the mapping's pages of the original codes are then dropped, so resident
- * memory holds the codes once. */
+ * memory holds the codes once. With the opt-in int8 codebook (desc cb8) a
+ * one-codebook GATHER weight keeps an int8 copy instead of the fp16 one. */
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -135,6 +138,33 @@ static void repack_codes(kvq_cpu_weight *w, const kvq_weight_desc *d) {
     }
 }
 
+/* The opt-in int8 codebook (desc cb8, one codebook): q = round(v / s) with
+ * s = max|v| / 127, so |v - q*s| <= s/2 for every value. Replaces cb16 (a
+ * weight is one or the other, so every kernel computes the same weights);
+ * the mapping's fp16 pages are released. Non-finite values keep fp16. */
+static int codebook_int8(kvq_cpu_weight *w, const kvq_weight_desc *d, size_t n) {
+    float mx = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float v = fabsf(kvq_f16_to_f32(w->cb16[i]));
+        mx = v > mx || v != v ? v : mx;
+    }
+    if (!(mx <= FLT_MAX)) return KVQ_OK;
+    if (!(w->cb8 = alloc_for(n, 1, w, d))) return KVQ_ERR_NOMEM;
+    w->owned |= KVQ_OWN_CB8;
+    w->cb8_scale = mx > 0.0f ? mx / 127.0f : 1.0f;
+    float inv = 1.0f / w->cb8_scale;
+    for (size_t i = 0; i < n; i++) w->cb8[i] = (int8_t)lrintf(kvq_f16_to_f32(w->cb16[i]) * inv);
+    if (w->owned & KVQ_OWN_CB16) {
+        kvq_free_aligned(w->cb16);
+        w->owned &= ~(unsigned)KVQ_OWN_CB16;
+    } else if (d->in_mapping) {
+        release_mapped(d->codebooks, n * sizeof(uint16_t));
+    }
+    w->bytes -= n * sizeof(uint16_t);
+    w->cb16 = NULL;
+    return KVQ_OK;
+}
+
 int kvq_cpu_aqlm_init(kvq_cpu_weight *w, const kvq_weight_desc *d) {
     int st = check(d);
     if (st != KVQ_OK) return st;
@@ -174,6 +204,7 @@ int kvq_cpu_aqlm_init(kvq_cpu_weight *w, const kvq_weight_desc *d) {
         w->owned |= KVQ_OWN_CB16;
         memcpy(w->cb16, d->codebooks, n_cb * sizeof(uint16_t));
     }
+    if (!lut && d->cb8 && M == 1 && (st = codebook_int8(w, d, n_cb)) != KVQ_OK) return st;
     if (!codes_in_place) {
         repack_codes(w, d);
         if (d->in_mapping) release_mapped(d->codes, (size_t)w->rows * w->G * M * (size_t)d->code_bytes);

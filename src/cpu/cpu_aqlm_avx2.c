@@ -86,6 +86,10 @@ void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, int s0, i
 
 /* 8 fp16 codebook values at element i, widened. */
 static inline __m256 cw8(const uint16_t *cb, size_t i) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(cb + i))); }
+/* 8 int8 codebook values (cb8, unscaled) at element i, widened. */
+static inline __m256 cw8_i8(const int8_t *cb, size_t i) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(cb + i))));
+}
 
 /* Codeword of group g (sum over the M codebooks), 8 values from element h.
  * M1 (compile-time "M is 1") drops the codebook loop for the common 1x16. */
@@ -104,7 +108,7 @@ static inline __attribute__((always_inline)) __m256 codeword8(const uint16_t *cb
  * M1 are compile-time. */
 static inline __attribute__((always_inline)) void row_gather(const kvq_cpu_weight *w, const uint16_t *c,
                                                              const float *x, float *out, const int T, const int IG,
-                                                             const int M1) {
+                                                             const int M1, const int CB8) {
     enum { NSMAX = 4 };
     const int NS = T == 1 ? 4 : 2;
     const uint16_t *cb = w->cb16;
@@ -116,13 +120,13 @@ static inline __attribute__((always_inline)) void row_gather(const kvq_cpu_weigh
     for (; g + NS <= G; g += NS)
         for (int u = 0; u < NS; u++)
             for (int h = 0; h < IG; h += 8) {
-                __m256 v = codeword8(cb, c, g + u, KI, M, IG, (size_t)h, M1);
+                __m256 v = CB8 ? cw8_i8(w->cb8, (size_t)c[g + u] * IG + (size_t)h) : codeword8(cb, c, g + u, KI, M, IG, (size_t)h, M1);
                 for (int t = 0; t < T; t++)
                     a[u][t] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + t * cols + (size_t)(g + u) * IG + h), a[u][t]);
             }
     for (; g < G; g++)
         for (int h = 0; h < IG; h += 8) {
-            __m256 v = codeword8(cb, c, g, KI, M, IG, (size_t)h, M1);
+            __m256 v = CB8 ? cw8_i8(w->cb8, (size_t)c[g] * IG + (size_t)h) : codeword8(cb, c, g, KI, M, IG, (size_t)h, M1);
             for (int t = 0; t < T; t++)
                 a[0][t] = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + t * cols + (size_t)g * IG + h), a[0][t]);
         }
@@ -133,29 +137,33 @@ static inline __attribute__((always_inline)) void row_gather(const kvq_cpu_weigh
     }
 }
 
-/* Rows [r0, r1) for n tokens with IG / M1 fixed. */
+/* Rows [r0, r1) for n tokens with IG / M1 / CB8 (int8 codebook, M1 only) fixed. */
 static inline __attribute__((always_inline)) void gather_rows(const kvq_cpu_weight *w, const float *x, int n,
-                                                              float *y, int r0, int r1, const int IG, const int M1) {
+                                                              float *y, int r0, int r1, const int IG, const int M1,
+                                                              const int CB8) {
     size_t per_row = (size_t)w->G * w->M, rows = (size_t)w->rows;
+    float cs = CB8 ? w->cb8_scale : 1.0f;
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * per_row;
         kvq_cb_prefetch_slice(w, o - r0);
         float out[KVQ_GEMV_MAX_T];
         switch (n) {
-        case 1: row_gather(w, c, x, out, 1, IG, M1); break;
-        case 2: row_gather(w, c, x, out, 2, IG, M1); break;
-        case 3: row_gather(w, c, x, out, 3, IG, M1); break;
-        default: row_gather(w, c, x, out, 4, IG, M1); break;
+        case 1: row_gather(w, c, x, out, 1, IG, M1, CB8); break;
+        case 2: row_gather(w, c, x, out, 2, IG, M1, CB8); break;
+        case 3: row_gather(w, c, x, out, 3, IG, M1, CB8); break;
+        default: row_gather(w, c, x, out, 4, IG, M1, CB8); break;
         }
-        for (int t = 0; t < n; t++) y[t * rows + (size_t)o] = w->scales[o] * out[t];
+        for (int t = 0; t < n; t++) y[t * rows + (size_t)o] = w->scales[o] * cs * out[t];
     }
 }
 
 void kvq_aqlm_gather_gemv_avx2(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1) {
-    if (w->ig == 8)
-        w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 8, 1) : gather_rows(w, x, n, y, r0, r1, 8, 0);
+    if (w->cb8)
+        w->ig == 8 ? gather_rows(w, x, n, y, r0, r1, 8, 1, 1) : gather_rows(w, x, n, y, r0, r1, 16, 1, 1);
+    else if (w->ig == 8)
+        w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 8, 1, 0) : gather_rows(w, x, n, y, r0, r1, 8, 0, 0);
     else
-        w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 16, 1) : gather_rows(w, x, n, y, r0, r1, 16, 0);
+        w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 16, 1, 0) : gather_rows(w, x, n, y, r0, r1, 16, 0, 0);
 }
 
 /* LUT layout: a step's codes are contiguous across rows, so codes of one row
@@ -205,9 +213,13 @@ void kvq_aqlm_rows_avx2(const kvq_cpu_weight *w, int r0, int r1, float *out) {
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * per_row;
         float *dst = out + (size_t)(o - r0) * w->cols;
-        __m256 s = _mm256_set1_ps(w->scales[o]);
+        __m256 s = _mm256_set1_ps(w->scales[o]), s8 = _mm256_set1_ps(w->cb8_scale);
         for (int g = 0; g < w->G; g++)
-            for (size_t h = 0; h < ig; h += 8)
-                _mm256_storeu_ps(dst + g * ig + h, _mm256_mul_ps(s, codeword8(w->cb16, c, g, KI, (size_t)w->M, ig, h, 0)));
+            for (size_t h = 0; h < ig; h += 8) {
+                /* int8: (q * cb8_scale) * scale, as the reference rounds it */
+                __m256 v = w->cb8 ? _mm256_mul_ps(cw8_i8(w->cb8, (size_t)c[g] * ig + h), s8)
+                                  : codeword8(w->cb16, c, g, KI, (size_t)w->M, ig, h, 0);
+                _mm256_storeu_ps(dst + g * ig + h, _mm256_mul_ps(s, v));
+            }
     }
 }

@@ -171,6 +171,18 @@ __attribute__((target("avx512vbmi"))) void kvq_aqlm_lut_gemv_vbmi(const kvq_cpu_
     row_order(acc, n); /* back to row order */
 }
 
+/* The int8-codebook form (cb8, one codebook) of codeword16, unscaled. */
+static inline __attribute__((always_inline)) __m512 codeword16_i8(const int8_t *cb, const uint16_t *c, int g, const int IG) {
+    __m128i b;
+    if (IG == 16) {
+        b = _mm_loadu_si128((const __m128i *)(cb + (size_t)c[g] * 16));
+    } else {
+        b = _mm_loadl_epi64((const __m128i *)(cb + (size_t)c[g] * 8));
+        b = _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(b), (const double *)(cb + (size_t)c[g + 1] * 8)));
+    }
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+}
+
 /* Codeword of group g as 16 f32 (sum over the M codebooks): with IG 16 one
  * codeword, with IG 8 groups g and g+1 side by side (the caller steps g by
  * 16/IG). IG and "M is 1" are compile-time, so the common 1x16 case has no
@@ -203,7 +215,7 @@ static inline __attribute__((always_inline)) __m512 codeword16(const uint16_t *c
  * chains per token in flight. */
 static inline __attribute__((always_inline)) void row_gather(const kvq_cpu_weight *w, const uint16_t *c,
                                                              const float *x, float *out, const int T, const int IG,
-                                                             const int M1) {
+                                                             const int M1, const int CB8) {
     enum { NS = 4 };
     const uint16_t *cb = w->cb16;
     size_t KI = ((size_t)1 << w->nbits) * IG, cols = (size_t)w->cols, M = M1 ? 1 : (size_t)w->M;
@@ -214,16 +226,17 @@ static inline __attribute__((always_inline)) void row_gather(const kvq_cpu_weigh
     for (; g + NS * step <= G; g += NS * step)
         for (int u = 0; u < NS; u++) {
             int gu = g + u * step;
-            __m512 v = codeword16(cb, c, gu, KI, M, IG, M1);
+            __m512 v = CB8 ? codeword16_i8(w->cb8, c, gu, IG) : codeword16(cb, c, gu, KI, M, IG, M1);
             for (int t = 0; t < T; t++)
                 a[u][t] = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + t * cols + (size_t)gu * IG), a[u][t]);
         }
     for (; g + step <= G; g += step) {
-        __m512 v = codeword16(cb, c, g, KI, M, IG, M1);
+        __m512 v = CB8 ? codeword16_i8(w->cb8, c, g, IG) : codeword16(cb, c, g, KI, M, IG, M1);
         for (int t = 0; t < T; t++) a[0][t] = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + t * cols + (size_t)g * IG), a[0][t]);
     }
     if (g < G) { /* odd group count with ig 8: one 8-value codeword left */
-        __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(cb + (size_t)c[g * M] * 8)));
+        __m256 v = CB8 ? _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w->cb8 + (size_t)c[g] * 8))))
+                       : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(cb + (size_t)c[g * M] * 8)));
         for (size_t m = 1; m < M; m++)
             v = _mm256_add_ps(v, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(cb + m * KI + (size_t)c[g * M + m] * 8))));
         __m512 v16 = _mm512_insertf32x8(_mm512_setzero_ps(), v, 0);
@@ -234,29 +247,33 @@ static inline __attribute__((always_inline)) void row_gather(const kvq_cpu_weigh
         out[t] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0][t], a[1][t]), _mm512_add_ps(a[2][t], a[3][t])));
 }
 
-/* Rows [r0, r1) for n tokens with IG / M1 fixed. */
+/* Rows [r0, r1) for n tokens with IG / M1 / CB8 (int8 codebook, M1 only) fixed. */
 static inline __attribute__((always_inline)) void gather_rows(const kvq_cpu_weight *w, const float *x, int n,
-                                                              float *y, int r0, int r1, const int IG, const int M1) {
+                                                              float *y, int r0, int r1, const int IG, const int M1,
+                                                              const int CB8) {
     size_t per_row = (size_t)w->G * w->M, rows = (size_t)w->rows;
+    float cs = CB8 ? w->cb8_scale : 1.0f;
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * per_row;
         kvq_cb_prefetch_slice(w, o - r0);
         float out[KVQ_GEMV_MAX_T];
         switch (n) {
-        case 1: row_gather(w, c, x, out, 1, IG, M1); break;
-        case 2: row_gather(w, c, x, out, 2, IG, M1); break;
-        case 3: row_gather(w, c, x, out, 3, IG, M1); break;
-        default: row_gather(w, c, x, out, 4, IG, M1); break;
+        case 1: row_gather(w, c, x, out, 1, IG, M1, CB8); break;
+        case 2: row_gather(w, c, x, out, 2, IG, M1, CB8); break;
+        case 3: row_gather(w, c, x, out, 3, IG, M1, CB8); break;
+        default: row_gather(w, c, x, out, 4, IG, M1, CB8); break;
         }
-        for (int t = 0; t < n; t++) y[t * rows + (size_t)o] = w->scales[o] * out[t];
+        for (int t = 0; t < n; t++) y[t * rows + (size_t)o] = w->scales[o] * cs * out[t];
     }
 }
 
 void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1) {
-    if (w->ig == 8)
-        w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 8, 1) : gather_rows(w, x, n, y, r0, r1, 8, 0);
+    if (w->cb8)
+        w->ig == 8 ? gather_rows(w, x, n, y, r0, r1, 8, 1, 1) : gather_rows(w, x, n, y, r0, r1, 16, 1, 1);
+    else if (w->ig == 8)
+        w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 8, 1, 0) : gather_rows(w, x, n, y, r0, r1, 8, 0, 0);
     else
-        w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 16, 1) : gather_rows(w, x, n, y, r0, r1, 16, 0);
+        w->M == 1 ? gather_rows(w, x, n, y, r0, r1, 16, 1, 0) : gather_rows(w, x, n, y, r0, r1, 16, 0, 0);
 }
 
 /* ---- VBMI with int16 tables (the default LUT path on VBMI CPUs) ----

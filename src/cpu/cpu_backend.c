@@ -11,6 +11,7 @@
 
 struct kvq_bctx {
     int n_threads;
+    int aqlm_cb8; /* kvq_backend_opts.aqlm_cb8, passed to every weight */
     kvq_status err; /* first failure of an op since the last buf_read (ops cannot fail individually) */
     char desc[96];
 };
@@ -35,7 +36,9 @@ static kvq_status cpu_init(const kvq_backend_opts *o, kvq_bctx **out) {
     kvq_bctx *b = calloc(1, sizeof *b);
     if (!b) return kvq_fail(KVQ_ERR_NOMEM, "cpu backend: out of memory");
     b->n_threads = o && o->n_threads > 0 ? o->n_threads : omp_get_num_procs();
-    snprintf(b->desc, sizeof b->desc, "cpu: %d threads, %s", b->n_threads, kvq_isa_name(kvq_cpu_isa()));
+    b->aqlm_cb8 = o && o->aqlm_cb8;
+    snprintf(b->desc, sizeof b->desc, "cpu: %d threads, %s%s", b->n_threads, kvq_isa_name(kvq_cpu_isa()),
+             b->aqlm_cb8 ? ", int8 AQLM codebooks" : "");
     *out = b;
     return KVQ_OK;
 }
@@ -82,7 +85,9 @@ static kvq_wt *cpu_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
         kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", d->name);
         return NULL;
     }
-    w->w = kvq_cpu_weight_new(d);
+    kvq_weight_desc dd = *d;
+    dd.cb8 = b->aqlm_cb8;
+    w->w = kvq_cpu_weight_new(&dd);
     if (w->w && d->rows == 1) {
         w->vec = kvq_alloc_aligned((size_t)d->cols * sizeof(float));
         if (w->vec) kvq_cpu_weight_row(w->w, 0, w->vec);

@@ -40,7 +40,7 @@ typedef enum {
 
 /* Which of data / codes / cb16 this weight allocated; the others point into the
  * caller's memory (the checkpoint mapping, which outlives the weight). */
-enum { KVQ_OWN_DATA = 1, KVQ_OWN_CODES = 2, KVQ_OWN_CB16 = 4 };
+enum { KVQ_OWN_DATA = 1, KVQ_OWN_CODES = 2, KVQ_OWN_CB16 = 4, KVQ_OWN_CB8 = 8 };
 
 struct kvq_cpu_weight {
     kvq_cw_kind kind;
@@ -62,6 +62,11 @@ struct kvq_cpu_weight {
     float *cb;      /* LUT: f32 codebooks [M][256][ig] */
     float *cb_t;    /* LUT: transposed f32 codebooks [M][ig][256] (vector LUT build) */
     uint16_t *cb16; /* GATHER: fp16 codebooks [M][2^nbits][ig]; half the bytes of f32 fits L2 better */
+    /* GATHER with kvq_weight_desc.cb8 and M == 1: the codebook as int8 [2^nbits][ig],
+     * value = cb8 * cb8_scale (cb16 is then NULL): half the bytes again, and
+     * the gathers are bound by the codebook's size in cache. */
+    int8_t *cb8;
+    float cb8_scale;
     float *scales;  /* f32 [rows_pad], zero past rows */
 };
 
@@ -113,6 +118,8 @@ typedef struct {
 /* Accuracy of the int16-table path against the f32 reference (rel L2 over a
  * matmul's outputs) that tests/test_matmul.c holds it to; see cpu_aqlm_avx512.c. */
 #define KVQ_LUT_I16_REL_L2 2e-4
+/* ... and of int8 codebooks (kvq_weight_desc.cb8; random codebooks: ~5e-3). */
+#define KVQ_CB8_REL_L2 2e-2
 
 /* Code of (row o, group g, codebook m) in the uploaded layout. */
 static inline uint32_t kvq_cw_code(const kvq_cpu_weight *w, size_t o, size_t g, size_t m) {
@@ -123,6 +130,7 @@ static inline uint32_t kvq_cw_code(const kvq_cpu_weight *w, size_t o, size_t g, 
 /* Value j of codeword c of codebook m, whichever form the weight keeps. */
 static inline float kvq_cw_val(const kvq_cpu_weight *w, size_t m, uint32_t c, size_t j) {
     size_t i = (m * ((size_t)1 << w->nbits) + c) * (size_t)w->ig + j;
+    if (w->cb8) return (float)w->cb8[i] * w->cb8_scale;
     return w->cb ? w->cb[i] : kvq_f16_to_f32(w->cb16[i]);
 }
 
@@ -203,8 +211,8 @@ void kvq_aqlm_lutq_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts, size_t 
 #define KVQ_CB_PREFETCH_ROWS 16
 static inline void kvq_cb_prefetch_slice(const kvq_cpu_weight *w, int i) {
     if (i >= KVQ_CB_PREFETCH_ROWS) return;
-    const char *p = (const char *)w->cb16;
-    size_t bytes = ((size_t)w->M << w->nbits) * (size_t)w->ig * 2, slice = bytes / KVQ_CB_PREFETCH_ROWS + 64;
+    const char *p = w->cb8 ? (const char *)w->cb8 : (const char *)w->cb16;
+    size_t bytes = ((size_t)w->M << w->nbits) * (size_t)w->ig * (w->cb8 ? 1 : 2), slice = bytes / KVQ_CB_PREFETCH_ROWS + 64;
     for (size_t b = (size_t)i * slice; b < (size_t)(i + 1) * slice && b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
 }
 

@@ -158,9 +158,18 @@ void kvq_aqlm_lutq_gemv_neon(const kvq_cpu_weight *w, const void *qlut, int s0, 
 
 /* ---- AQLM wider codes: codewords (fp16, widened) times x ---- */
 
-/* Group g of one row as ig/4 f32 vectors: the sum of its M codewords. */
+/* Group g of one row as ig/4 f32 vectors: the sum of its M codewords (fp16, or the int8 codebook). */
 static inline void codeword(const kvq_cpu_weight *w, const uint16_t *c, size_t KI, float32x4_t v[4]) {
     int ig = w->ig, q4 = ig / 4;
+    if (w->cb8) { /* one codebook, int8: q * cb8_scale as the reference has it */
+        const int8_t *cw = w->cb8 + (size_t)c[0] * ig;
+        for (int h = 0; h < ig; h += 8) {
+            int16x8_t q = vmovl_s8(vld1_s8(cw + h));
+            v[h / 4] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(q))), w->cb8_scale);
+            v[h / 4 + 1] = vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(q)), w->cb8_scale);
+        }
+        return;
+    }
     for (int q = 0; q < q4; q++) v[q] = vdupq_n_f32(0.0f);
     for (int m = 0; m < w->M; m++) {
         const uint16_t *cw = w->cb16 + (size_t)m * KI + (size_t)c[m] * ig;

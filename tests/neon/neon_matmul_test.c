@@ -38,7 +38,8 @@ static void check(const kvq_weight_desc *d, const char *what) {
     static const int ns[] = {1, 3, 17};
     int rows = d->rows, cols = d->cols;
     float *x = malloc(sizeof(float) * 17 * (size_t)cols), *y = malloc(sizeof(float) * 17 * (size_t)rows),
-          *yr = malloc(sizeof(float) * 17 * (size_t)rows);
+          *yr = malloc(sizeof(float) * 17 * (size_t)rows), *ys = malloc(sizeof(float) * 17 * (size_t)rows);
+    int cb8 = d->cb8 && d->n_codebooks == 1 && d->nbits > 8; /* int8 codebook: scalar is the spec, fp16 within the bound */
     for (size_t i = 0; i < 17 * (size_t)cols; i++) x[i] = randf();
     for (int ni = 0; ni < 3; ni++) {
         int n = ns[ni];
@@ -57,7 +58,15 @@ static void check(const kvq_weight_desc *d, const char *what) {
             double tol = isa == KVQ_ISA_NEON && d->fmt == KVQ_W_AQLM && d->nbits == 8 && n < 16 ? KVQ_LUT_I16_REL_L2 : 1e-5;
             double e = rel_l2(y, yr, (size_t)n * rows);
             g_cases++;
-            if (!(e <= tol)) {
+            if (cb8) {
+                tol = KVQ_CB8_REL_L2;
+                if (isa == KVQ_ISA_SCALAR) memcpy(ys, y, sizeof(float) * (size_t)n * rows);
+                else if (!(rel_l2(y, ys, (size_t)n * rows) <= 1e-5)) {
+                    printf("FAIL %s n=%d: NEON vs scalar on the int8 codebook %.3g\n", what, n, rel_l2(y, ys, (size_t)n * rows));
+                    g_fail = 1;
+                }
+            }
+            if (!(e <= tol) || (cb8 && !(e > 1e-6))) {
                 printf("FAIL %s n=%d isa=%s: rel L2 %.3g > %.1g\n", what, n, kvq_isa_name((kvq_isa)isa), e, tol);
                 g_fail = 1;
             }
@@ -67,6 +76,7 @@ static void check(const kvq_weight_desc *d, const char *what) {
     free(x);
     free(y);
     free(yr);
+    free(ys);
 }
 
 static void dense_case(kvq_wformat f, int rows, int cols, int off) {
@@ -87,7 +97,7 @@ static void dense_case(kvq_wformat f, int rows, int cols, int off) {
     free(block);
 }
 
-static void aqlm_case(int rows, int cols, int M, int nbits, int ig, int off) {
+static void aqlm_case(int rows, int cols, int M, int nbits, int ig, int off, int cb8) {
     int cbytes = nbits > 8 ? 2 : 1;
     size_t n_codes = (size_t)rows * (cols / ig) * M, K = (size_t)1 << nbits;
     char *codes = malloc(n_codes * cbytes + 1), *cb = malloc((size_t)M * K * ig * 2 + 1), *sc = malloc((size_t)rows * 2 + 1);
@@ -102,9 +112,9 @@ static void aqlm_case(int rows, int cols, int M, int nbits, int ig, int off) {
     }
     kvq_weight_desc d = {.fmt = KVQ_W_AQLM, .rows = rows, .cols = cols, .n_codebooks = M, .nbits = nbits, .in_group = ig,
                          .code_bytes = cbytes, .codes = codes + off, .codebooks = cb + off, .scales = sc + off,
-                         .name = "aqlm"};
+                         .name = "aqlm", .cb8 = cb8};
     char what[96];
-    snprintf(what, sizeof what, "aqlm %dx%d M=%d nbits=%d ig=%d off=%d", rows, cols, M, nbits, ig, off);
+    snprintf(what, sizeof what, "aqlm %dx%d M=%d nbits=%d ig=%d off=%d cb8=%d", rows, cols, M, nbits, ig, off, cb8);
     check(&d, what);
     free(codes);
     free(cb);
@@ -123,9 +133,11 @@ int main(void) {
     int k = 0;
     for (int a = 0; a < 3; a++)
         for (int b = 0; b < 3; b++)
-            for (int c = 0; c < 2; c++, k++) aqlm_case(37 + 40 * (k % 3), 13 * igs[c], Ms[a], nbits[b], igs[c], k % 2);
-    aqlm_case(301, 1024, 2, 8, 8, 0); /* 2x8 over several 64-row units and threads */
-    aqlm_case(301, 1024, 1, 16, 8, 0);
+            for (int c = 0; c < 2; c++, k++) aqlm_case(37 + 40 * (k % 3), 13 * igs[c], Ms[a], nbits[b], igs[c], k % 2, 0);
+    aqlm_case(301, 1024, 2, 8, 8, 0, 0); /* 2x8 over several 64-row units and threads */
+    aqlm_case(301, 1024, 1, 16, 8, 0, 0);
+    aqlm_case(37, 104, 1, 16, 8, 1, 1); /* int8 codebook (opt-in) */
+    aqlm_case(70, 208, 1, 16, 16, 0, 1);
     if (g_fail) return 1;
     printf("ok: %d matmul cases, NEON and scalar vs reference\n", g_cases);
     return 0;
