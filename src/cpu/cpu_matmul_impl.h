@@ -38,7 +38,7 @@ typedef enum {
     KVQ_CW_AQLM_GATHER, /* nbits > 8: gather codewords (f32) and FMA with x */
 } kvq_cw_kind;
 
-/* Which of data / codes / cb16 this weight allocated; the others point into the
+/* Which of data / codes / cb16 / cb8 this weight allocated; the others point into the
  * caller's memory (the checkpoint mapping, which outlives the weight). */
 enum { KVQ_OWN_DATA = 1, KVQ_OWN_CODES = 2, KVQ_OWN_CB16 = 4, KVQ_OWN_CB8 = 8 };
 
