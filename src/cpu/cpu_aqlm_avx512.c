@@ -277,9 +277,10 @@ void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n,
 }
 
 /* ---- VBMI with int16 tables (the default LUT path on VBMI CPUs) ----
- * One scale per token: q = round(T * 32767 / max|T|) over all tables of the
- * token, so the S lookups of a row add up exactly in int32 and only the
- * table rounding is lost: |error of an output| <= scale_o * S * max|T| / 65534
+ * One scale per chunk of steps (decode) or per token (prompts): q =
+ * round(T * 32767 / max|T|) over the tables it covers, so a chunk's lookups
+ * add up exactly in int32 and only the table rounding is lost:
+ * |error of an output| <= scale_o * S * max|T| / 65534 for S steps
  * (typically rel L2 ~4e-5; tests/test_matmul.c holds it to KVQ_LUT_I16_REL_L2).
  * A step's table is two byte planes (low and high bytes of the 256 int16),
  * 512 bytes. Two steps are looked up together (lookup_pair): half the
@@ -288,7 +289,7 @@ void kvq_aqlm_gather_gemv_avx512(const kvq_cpu_weight *w, const float *x, int n,
  * unpacks + vpmaddwd, measured in L2 on Sapphire Rapids). */
 
 float kvq_aqlm_lutq_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1) {
-    return w->ig == 8 ? build_f32(w, x, lut, g0, g1, 0, 8, 1) : build_f32(w, x, lut, g0, g1, 0, w->ig, 1);
+    return w->ig == 8 ? build_f32(w, x, lut, g0, g1, g0, 8, 1) : build_f32(w, x, lut, g0, g1, g0, w->ig, 1);
 }
 
 /* After packs_epi32 of entries (0..15, 16..31) and (32..47, 48..63), byte
@@ -305,7 +306,7 @@ __attribute__((target("avx512vbmi"))) void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu
                                                                      int g0, int g1) {
     __m512i lo = _mm512_loadu_si512(k_pack_lo_idx), hi = _mm512_add_epi8(lo, _mm512_set1_epi8(1));
     __m512 inv = _mm512_set1_ps(inv_scale);
-    for (size_t s = (size_t)g0 * w->M; s < (size_t)g1 * w->M; s++) {
+    for (size_t s = 0; s < (size_t)(g1 - g0) * w->M; s++) {
         const float *src = lut + s * 256;
         uint8_t *dst = (uint8_t *)qlut + s / 2 * pair_stride + (s & 1) * 512;
         for (int q = 0; q < 4; q++) {
@@ -367,8 +368,10 @@ static const int32_t k_rows_quad[2][16] = {
     {8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31},
 };
 
-/* n rows of int32 sums (lookup_pair order, n a multiple of 64) -> row order, times scale, into out (may alias acc). */
-static inline __attribute__((always_inline)) void acc_to_f32(const int32_t *acc, float scale, float *out, size_t n) {
+/* n rows of int32 sums (lookup_pair order, n a multiple of 64) -> row order,
+ * times scale, into out (ADD: added to it). */
+static inline __attribute__((always_inline)) void acc_to_f32(const int32_t *acc, float scale, float *out, size_t n,
+                                                             const int ADD) {
     __m512 sc = _mm512_set1_ps(scale);
     __m512i p0 = _mm512_loadu_si512(k_rows_pair[0]), p1 = _mm512_loadu_si512(k_rows_pair[1]);
     __m512i q0 = _mm512_loadu_si512(k_rows_quad[0]), q1 = _mm512_loadu_si512(k_rows_quad[1]);
@@ -378,23 +381,26 @@ static inline __attribute__((always_inline)) void acc_to_f32(const int32_t *acc,
         __m512i r23a = _mm512_permutex2var_epi32(a[1], p0, a[3]), r23b = _mm512_permutex2var_epi32(a[1], p1, a[3]);
         __m512i o[4] = {_mm512_permutex2var_epi32(r01a, q0, r23a), _mm512_permutex2var_epi32(r01a, q1, r23a),
                         _mm512_permutex2var_epi32(r01b, q0, r23b), _mm512_permutex2var_epi32(r01b, q1, r23b)};
-        for (int k = 0; k < 4; k++) _mm512_store_ps(out + i + 16 * k, _mm512_mul_ps(sc, _mm512_cvtepi32_ps(o[k])));
+        for (int k = 0; k < 4; k++) {
+            __m512 v = _mm512_cvtepi32_ps(o[k]), *dst = (__m512 *)(out + i + 16 * k);
+            *dst = ADD ? _mm512_fmadd_ps(sc, v, *dst) : _mm512_mul_ps(sc, v);
+        }
     }
 }
 
-/* Steps [s0, s1) for rows [r0, r1): a thread's own steps for all rows in
- * decode, so its codes are one sequential run. */
+/* Steps [s0, s1) (a chunk of the steps in decode: its codes are one
+ * sequential run) for rows [r0, r1). */
 __attribute__((target("avx512vbmi,avx512vnni"))) void kvq_aqlm_lutq_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut,
-                                                                                 int s0, int s1, float scale, float *out,
-                                                                                 int r0, int r1) {
+                                                                                 int s0, int s1, float scale,
+                                                                                 int32_t *acc, float *out, int r0,
+                                                                                 int r1) {
     size_t n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad;
     const uint8_t *codes = (const uint8_t *)w->codes + r0;
-    int32_t *acc = (int32_t *)out;
     for (size_t i = 0; i < n; i += 16) _mm512_store_si512(acc + i, _mm512_setzero_si512());
     for (int s = s0; s < s1; s += 2) {
         int has_b = s + 1 < s1; /* odd end: the last step pairs with an all-zero table */
         __m512i t[16];
-        load_pair(t, (const uint8_t *)qlut + (size_t)s * 512, has_b);
+        load_pair(t, (const uint8_t *)qlut + (size_t)(s - s0) * 512, has_b);
         const uint8_t *ca = codes + (size_t)s * pad, *cb = has_b ? ca + pad : ca;
         int pf = s + 3 + KVQ_LUT_PREFETCH < s1;
         for (size_t i = 0; i < n; i += 64) {
@@ -405,7 +411,7 @@ __attribute__((target("avx512vbmi,avx512vnni"))) void kvq_aqlm_lutq_gemv_vbmi(co
             lookup_pair(t, ca + i, cb + i, acc + i);
         }
     }
-    acc_to_f32(acc, scale, out, n); /* row order, in place */
+    acc_to_f32(acc, scale, out, n, 1);
 }
 
 /* Many tokens per pass over the codes (prompts): rows in blocks of
@@ -441,7 +447,7 @@ __attribute__((target("avx512vbmi,avx512vnni"))) void kvq_aqlm_lutq_gemm_vbmi(co
             }
         }
         for (int t = 0; t < nt; t++) {
-            acc_to_f32(acc + (size_t)t * KVQ_LUTQ_BLOCK, scales[t], out, nb);
+            acc_to_f32(acc + (size_t)t * KVQ_LUTQ_BLOCK, scales[t], out, nb, 0);
             float *yt = y + (size_t)t * ldy;
             int end = b0 + (int)nb < w->rows ? b0 + (int)nb : w->rows;
             for (int o = b0; o < end; o += 16) {

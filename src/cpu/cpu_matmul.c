@@ -353,30 +353,43 @@ static int threads_for(int n_threads, size_t work) {
     return (size_t)n_threads < most ? n_threads : (int)most;
 }
 
-/* LUT path, one token at a time: threads split the steps, not the rows.
- * Each thread builds the tables of its own groups (with int16 tables, scales
- * and packs them with its own scale: no barrier between building and
- * looking up), sums them for all rows into its partial outputs (its codes are
- * one sequential run, which the prefetchers stream at ~1.2x the rate of a
- * row slice of every step), then after one barrier each thread adds the
- * partials of a slice of rows. With an odd M, groups go in twos so every
- * thread's first step is even (step pairs share a table block).
- * qlut NULL: f32 tables (lut_gemv), built and used lut_chunk(w) groups at a
- * time in the thread's own lut_chunk(w)*M*256 floats at lut + t*that, so
- * they are still in L1 when looked up (all of a 14336-column matrix's f32
- * tables are 1.8 MB per thread: they fell out of L2, and the AVX2 gathers
- * waited on them). Else int16 tables (lutq_*), all built first: one scale
- * per thread needs all of its tables. */
+/* LUT paths, one token at a time: threads split the steps, not the rows.
+ * Tables are built and used a chunk of groups at a time in the thread's own
+ * scratch, so they are still in L1/L2 when looked up (all of a 14336-column
+ * matrix's f32 tables are 1.8 MB per thread: they fell out of L2, and the
+ * lookups waited on them). A thread sums its chunks for all rows into its
+ * partial outputs (a chunk's codes are one sequential run, which the
+ * prefetchers stream at ~1.2x the rate of a row slice of every step); after
+ * one barrier each thread adds the partials of a slice of rows. With an odd
+ * M, groups go in twos so every chunk's first step is even (step pairs share
+ * a table block). */
 #define KVQ_MAX_LUT_THREADS 1024
-#define KVQ_LUT_CHUNK_STEPS 16
+#define KVQ_LUT_CHUNK_STEPS 16  /* f32 tables: 16 KB per chunk */
+#define KVQ_LUTQ_CHUNK_STEPS 64 /* int16 tables: 64 KB of f32, then 32 KB packed */
 
-static int lut_chunk(const kvq_cpu_weight *w) {
-    int unit = w->M % 2 ? 2 : 1, c = KVQ_LUT_CHUNK_STEPS / w->M / unit * unit;
+/* Groups per chunk of about `steps` steps (a multiple of the unit). */
+static int chunk_groups(const kvq_cpu_weight *w, int steps) {
+    int unit = w->M % 2 ? 2 : 1, c = steps / w->M / unit * unit;
     return c < unit ? unit : c;
 }
+static int lut_chunk(const kvq_cpu_weight *w) { return chunk_groups(w, KVQ_LUT_CHUNK_STEPS); }
+static int lutq_decode_chunk(const kvq_cpu_weight *w) { return chunk_groups(w, KVQ_LUTQ_CHUNK_STEPS); }
 
+/* Partial outputs of all threads summed for rows [o0, o1) of token tok, scaled. */
+static void lut_reduce(const kvq_cpu_weight *w, const float *parts, int T, float *yt, int o0, int o1) {
+    size_t pad = (size_t)w->rows_pad;
+    for (int o = o0; o < o1; o++) {
+        float sum = 0.0f;
+        for (int i = 0; i < T; i++) sum += parts[(size_t)i * pad + (size_t)o];
+        yt[o] = w->scales[o] * sum;
+    }
+    add_bias(w, yt, o0, o1);
+}
+
+/* f32 tables (lut_gemv): each thread takes one run of groups, in chunks of
+ * lut_chunk(w) groups at lut + t*lut_chunk(w)*M*256. */
 static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
-                       float *lut, void *qlut, float *parts) {
+                       float *lut, float *parts) {
     int unit = w->M % 2 ? 2 : 1, units = (w->G + unit - 1) / unit, rows16 = (w->rows + 15) / 16, chunk = lut_chunk(w);
     size_t pad = (size_t)w->rows_pad;
     if (nt > KVQ_MAX_LUT_THREADS) nt = KVQ_MAX_LUT_THREADS;
@@ -387,31 +400,62 @@ static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const f
         split(rows16, T, t, &o0, &o1);
         int g0 = u0 * unit, g1 = u1 * unit < w->G ? u1 * unit : w->G;
         o0 *= 16, o1 = o1 * 16 < w->rows ? o1 * 16 : w->rows;
-        float *mine = parts + (size_t)t * pad;
+        float *mine = parts + (size_t)t * pad, *own = lut + (size_t)t * chunk * w->M * 256;
         for (int tok = 0; tok < n; tok++) {
             const float *xt = x + (size_t)tok * w->cols;
-            if (qlut) {
-                float mx = g1 > g0 ? k->lutq_build(w, xt, lut, g0, g1) : 0.0f;
-                /* mx = 0: all tables zero, any scale works; non-finite mx makes the outputs non-finite too */
-                k->lutq_pack(w, lut, mx > 0.0f ? 32767.0f / mx : 0.0f, qlut, 1024, g0, g1);
-                k->lutq_gemv(w, qlut, g0 * w->M, g1 * w->M, mx / 32767.0f, mine, 0, w->rows_pad);
-            } else {
-                float *own = lut + (size_t)t * chunk * w->M * 256;
-                memset(mine, 0, pad * sizeof *mine);
-                for (int gc = g0; gc < g1; gc += chunk) {
-                    int ge = gc + chunk < g1 ? gc + chunk : g1;
-                    k->lut_build(w, xt, own, gc, ge);
-                    k->lut_gemv(w, own, gc * w->M, ge * w->M, mine, 0, w->rows_pad);
-                }
+            memset(mine, 0, pad * sizeof *mine);
+            for (int gc = g0; gc < g1; gc += chunk) {
+                int ge = gc + chunk < g1 ? gc + chunk : g1;
+                k->lut_build(w, xt, own, gc, ge);
+                k->lut_gemv(w, own, gc * w->M, ge * w->M, mine, 0, w->rows_pad);
             }
 #pragma omp barrier
-            float *yt = y + (size_t)tok * w->rows;
-            for (int o = o0; o < o1; o++) {
-                float sum = 0.0f;
-                for (int i = 0; i < T; i++) sum += parts[(size_t)i * pad + (size_t)o];
-                yt[o] = w->scales[o] * sum;
+            lut_reduce(w, parts, T, y + (size_t)tok * w->rows, o0, o1);
+            if (tok + 1 < n) {
+#pragma omp barrier
             }
-            add_bias(w, yt, o0, o1);
+        }
+    }
+}
+
+/* Scratch floats per thread of matmul_lutq: f32 tables, int16 tables, int32 sums. */
+static size_t lutq_thread_floats(const kvq_cpu_weight *w) {
+    return (size_t)lutq_decode_chunk(w) * w->M * (256 + 128) + (size_t)w->rows_pad;
+}
+
+/* int16 tables (lutq_*): chunks of lutq_decode_chunk(w) groups are handed
+ * out as threads ask (the two vCPUs of a VM ran the same share 10-30% apart),
+ * each with its own scale: q = round(T * 32767 / max|T| of the chunk), exact
+ * int32 sums per chunk, added to the partials as f32. Per chunk, not per
+ * token, so the tables never leave the thread's cache and the error is no
+ * larger than with one scale per token. */
+static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
+                        float *scratch_all, float *parts) {
+    int rows16 = (w->rows + 15) / 16, chunk = lutq_decode_chunk(w);
+    int n_chunks = (w->G + chunk - 1) / chunk, next = 0;
+    size_t pad = (size_t)w->rows_pad, per = lutq_thread_floats(w);
+    if (nt > KVQ_MAX_LUT_THREADS) nt = KVQ_MAX_LUT_THREADS;
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads(), o0, o1;
+        split(rows16, T, t, &o0, &o1);
+        o0 *= 16, o1 = o1 * 16 < w->rows ? o1 * 16 : w->rows;
+        float *mine = parts + (size_t)t * pad, *own = scratch_all + (size_t)t * per;
+        void *q = own + (size_t)chunk * w->M * 256;
+        int32_t *acc = (int32_t *)(own + (size_t)chunk * w->M * 384);
+        for (int tok = 0; tok < n; tok++) {
+            const float *xt = x + (size_t)tok * w->cols;
+            memset(mine, 0, pad * sizeof *mine);
+            for (int c; (c = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < n_chunks;) {
+                int ga = c * chunk, gb = ga + chunk < w->G ? ga + chunk : w->G;
+                float mx = k->lutq_build(w, xt, own, ga, gb);
+                /* mx = 0: all tables zero, any scale works; non-finite mx makes the outputs non-finite too */
+                k->lutq_pack(w, own, mx > 0.0f ? 32767.0f / mx : 0.0f, q, 1024, ga, gb);
+                k->lutq_gemv(w, q, ga * w->M, gb * w->M, mx / 32767.0f, acc, mine, 0, w->rows_pad);
+            }
+#pragma omp barrier
+            if (t == 0) next = 0; /* nobody takes chunks again before the next barrier */
+            lut_reduce(w, parts, T, y + (size_t)tok * w->rows, o0, o1);
             if (tok + 1 < n) {
 #pragma omp barrier
             }
@@ -441,22 +485,27 @@ static void matmul_lutq_batch(const kvq_mm_kernels *k, const kvq_cpu_weight *w, 
     if (nt > KVQ_LUTQ_THREADS) nt = KVQ_LUTQ_THREADS;
 #pragma omp parallel num_threads(nt)
     {
-        int t = omp_get_thread_num(), T = omp_get_num_threads(), g0, g1, u0, u1;
-        split(w->G, T, t, &g0, &g1);
+        int t = omp_get_thread_num(), T = omp_get_num_threads(), g0, g1, u0, u1, unit = w->M % 2 ? 2 : 1;
+        split((w->G + unit - 1) / unit, T, t, &g0, &g1); /* in units: every thread's first step is even */
+        g0 *= unit, g1 = g1 * unit < w->G ? g1 * unit : w->G;
         split(units, T, t, &u0, &u1);
+        size_t s0 = (size_t)g0 * w->M; /* this thread's tables start at step s0 */
         int r0 = u0 * KVQ_AQLM_RB, r1 = u1 * KVQ_AQLM_RB, y1 = r1 < w->rows ? r1 : w->rows;
         float scales[KVQ_LUTQ_MAX_T];
         for (int c0 = 0; c0 < n; c0 += tm) {
             int cn = n - c0 < tm ? n - c0 : tm;
-            for (int i = 0; i < cn; i++)
-                maxes[t][i] = g1 > g0 ? k->lutq_build(w, x + (size_t)(c0 + i) * w->cols, lut + (size_t)i * lut_n, g0, g1) : 0.0f;
+            for (int i = 0; i < cn; i++) {
+                const float *xi = x + (size_t)(c0 + i) * w->cols;
+                maxes[t][i] = g1 > g0 ? k->lutq_build(w, xi, lut + (size_t)i * lut_n + s0 * 256, g0, g1) : 0.0f;
+            }
 #pragma omp barrier
             for (int i = 0; i < cn; i++) {
                 float mx = 0.0f;
                 for (int j = 0; j < T; j++) mx = maxes[j][i] > mx || maxes[j][i] != maxes[j][i] ? maxes[j][i] : mx;
                 scales[i] = mx / 32767.0f;
-                k->lutq_pack(w, lut + (size_t)i * lut_n, mx > 0.0f ? 32767.0f / mx : 0.0f, (char *)qluts + (size_t)i * 1024,
-                             (size_t)cn * 1024, g0, g1);
+                if (g1 > g0)
+                    k->lutq_pack(w, lut + (size_t)i * lut_n + s0 * 256, mx > 0.0f ? 32767.0f / mx : 0.0f,
+                                 (char *)qluts + s0 / 2 * cn * 1024 + (size_t)i * 1024, (size_t)cn * 1024, g0, g1);
             }
 #pragma omp barrier
             float *yc = y + (size_t)c0 * w->rows;
@@ -603,15 +652,15 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
         }
     }
     if (w->kind == KVQ_CW_AQLM_LUT && n < KVQ_LUT_MAX_N) {
-        size_t lut_n = (size_t)w->G * w->M * 256, tn = nt > KVQ_MAX_LUT_THREADS ? KVQ_MAX_LUT_THREADS : (size_t)nt;
-        /* int32 sums of int16 entries stay exact up to 65536 steps */
-        int q = k->lutq_gemv && (size_t)w->G * w->M <= 65536;
-        /* int16 path: all f32 tables, then the int16 ones (half the size);
-         * f32 path: one chunk of tables per thread. Then a partial output per thread. */
-        size_t tables_n = q ? lut_n + lut_n / 2 : tn * (size_t)lut_chunk(w) * w->M * 256;
+        size_t tn = nt > KVQ_MAX_LUT_THREADS ? KVQ_MAX_LUT_THREADS : (size_t)nt;
+        /* Per thread a chunk's tables (and with int16 ones, its int32 sums), then a partial output per thread. */
+        size_t tables_n = tn * (k->lutq_gemv ? lutq_thread_floats(w) : (size_t)lut_chunk(w) * w->M * 256);
         float *luts = scratch(tables_n + tn * w->rows_pad);
         if (luts) {
-            matmul_lut(k, w, x, y, n, nt, luts, q ? (void *)(luts + lut_n) : NULL, luts + tables_n);
+            if (k->lutq_gemv)
+                matmul_lutq(k, w, x, y, n, nt, luts, luts + tables_n);
+            else
+                matmul_lut(k, w, x, y, n, nt, luts, luts + tables_n);
             return;
         }
     } else if (n < KVQ_GEMV_MAX_N && w->kind != KVQ_CW_AQLM_LUT) {

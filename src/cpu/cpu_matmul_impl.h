@@ -93,18 +93,20 @@ typedef struct {
     void (*gather_gemv)(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
     /* AQLM rows [r0, r1) dequantized (scale applied) into out[(r-r0)*cols]. */
     void (*aqlm_rows)(const kvq_cpu_weight *w, int r0, int r1, float *out);
-    /* Optional int16-table LUT path (NULL: f32 tables). lutq_build: f32 tables
-     * of groups [g0, g1) as lut_build (plain f32 [256] layout) but at their
-     * absolute place lut + s*256, returns their
-     * max |value|; lutq_pack: those tables as q = round(T * inv_scale) int16
-     * tables (512 bytes per step; steps s, s+1 adjacent at qlut + s/2 * pair_stride,
-     * 1024 for one token); lutq_gemv: lut_gemv on one token's int16 tables
-     * (pair_stride 1024): out[o - r0] = scale * sum_s q_s[code(o, s)] (out is
-     * its int32 scratch first). */
+    /* Optional int16-table LUT path (NULL: f32 tables). Tables are indexed
+     * from the first step given (s0 = g0*M, always even). lutq_build: f32
+     * tables of groups [g0, g1) as lut_build (plain f32 [256] layout), returns
+     * their max |value|; lutq_pack: those tables as q = round(T * inv_scale)
+     * int16 tables (512 bytes per step; steps s0+2i, s0+2i+1 adjacent at
+     * qlut + i * pair_stride, 1024 for one token); lutq_gemv: lut_gemv on one
+     * token's int16 tables of steps [s0, s1) (pair_stride 1024):
+     * out[o - r0] += scale * sum_s q_s[code(o, s)], the sums exact in acc
+     * (r1 - r0 int32 of scratch). */
     float (*lutq_build)(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
     void (*lutq_pack)(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride, int g0,
                       int g1);
-    void (*lutq_gemv)(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, float *out, int r0, int r1);
+    void (*lutq_gemv)(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, int32_t *acc, float *out,
+                      int r0, int r1);
     /* lutq_gemv for nt <= KVQ_LUTQ_MAX_T tokens in one pass over the codes: token t's
      * tables packed at qluts + t*1024 with pair_stride nt*1024, scale scales[t],
      * its outputs at y + t*ldy. */
@@ -166,8 +168,8 @@ void kvq_gemm_neon(const float *W, size_t ldw, int nr, int cols, const float *x,
 float kvq_aqlm_lutq_build_neon(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
 void kvq_aqlm_lutq_pack_neon(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
                              int g0, int g1);
-void kvq_aqlm_lutq_gemv_neon(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, float *out, int r0,
-                             int r1);
+void kvq_aqlm_lutq_gemv_neon(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, int32_t *acc,
+                             float *out, int r0, int r1);
 void kvq_aqlm_gather_gemv_neon(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 #endif
 
@@ -197,8 +199,8 @@ void kvq_amx_block(const uint16_t *xh, const uint16_t *xl, int n, int kp, const 
 float kvq_aqlm_lutq_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
 void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
                              int g0, int g1);
-void kvq_aqlm_lutq_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, float *out, int r0,
-                             int r1);
+void kvq_aqlm_lutq_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, int32_t *acc,
+                             float *out, int r0, int r1);
 void kvq_aqlm_lutq_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
                              float *y, size_t ldy, int r0, int r1);
 #endif

@@ -81,7 +81,7 @@ void kvq_gemm_neon(const float *W, size_t ldw, int nr, int cols, const float *x,
 }
 
 /* ---- AQLM 8-bit codes: int16 tables, same scheme and bound as the AVX-512
- * VBMI kernels (cpu_aqlm_avx512.c): one scale per token, exact int32 sums.
+ * VBMI kernels (cpu_aqlm_avx512.c): one scale per chunk or token, exact int32 sums.
  * A step's table is a low-byte plane and a high-byte plane of 256 bytes; one
  * tbl + three tbx (each covers 64 entries) look 16 codes up in a plane. */
 
@@ -92,7 +92,7 @@ float kvq_aqlm_lutq_build_neon(const kvq_cpu_weight *w, const float *x, float *l
         const float *xg = x + (size_t)g * ig;
         for (int m = 0; m < M; m++) {
             const float *ct = w->cb_t + (size_t)m * ig * 256; /* [ig][256] */
-            float *l = lut + ((size_t)g * M + m) * 256;
+            float *l = lut + ((size_t)(g - g0) * M + m) * 256;
             for (int c = 0; c < 256; c += 4) {
                 float32x4_t a = vmulq_n_f32(vld1q_f32(ct + c), xg[0]);
                 for (int j = 1; j < ig; j++) a = vfmaq_n_f32(a, vld1q_f32(ct + (size_t)j * 256 + c), xg[j]);
@@ -107,7 +107,7 @@ float kvq_aqlm_lutq_build_neon(const kvq_cpu_weight *w, const float *x, float *l
 void kvq_aqlm_lutq_pack_neon(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
                              int g0, int g1) {
     float32x4_t inv = vdupq_n_f32(inv_scale);
-    for (size_t s = (size_t)g0 * w->M; s < (size_t)g1 * w->M; s++) {
+    for (size_t s = 0; s < (size_t)(g1 - g0) * w->M; s++) {
         const float *src = lut + s * 256;
         uint8_t *dst = (uint8_t *)qlut + s / 2 * pair_stride + (s & 1) * 512;
         for (int c = 0; c < 256; c += 8) {
@@ -129,15 +129,14 @@ static inline uint8x16_t plane_lookup(const uint8_t *plane, uint8x16_t i0, uint8
     return vqtbx4q_u8(r, vld1q_u8_x4(plane + 192), i3);
 }
 
-void kvq_aqlm_lutq_gemv_neon(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, float *out,
-                             int r0, int r1) {
+void kvq_aqlm_lutq_gemv_neon(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, int32_t *acc,
+                             float *out, int r0, int r1) {
     size_t n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad;
     const uint8_t *codes = (const uint8_t *)w->codes + r0;
-    int32_t *acc = (int32_t *)out;
     memset(acc, 0, n * sizeof(int32_t));
     const uint8x16_t k64 = vdupq_n_u8(64), k128 = vdupq_n_u8(128), k192 = vdupq_n_u8(192);
     for (size_t s = (size_t)s0; s < (size_t)s1; s++) {
-        const uint8_t *tq = (const uint8_t *)qlut + s / 2 * 1024 + (s & 1) * 512;
+        const uint8_t *tq = (const uint8_t *)qlut + (s - (size_t)s0) * 512; /* s0 even: pairs are adjacent */
         const uint8_t *c = codes + s * pad;
         if (s + KVQ_LUT_PREFETCH < (size_t)s1)
             for (size_t i = 0; i < n; i += 64) __builtin_prefetch(c + KVQ_LUT_PREFETCH * pad + i);
@@ -153,7 +152,7 @@ void kvq_aqlm_lutq_gemv_neon(const kvq_cpu_weight *w, const void *qlut, int s0, 
             vst1q_s32(a + 12, vaddw_high_s16(vld1q_s32(a + 12), v1));
         }
     }
-    for (size_t i = 0; i < n; i++) out[i] = scale * (float)acc[i];
+    for (size_t i = 0; i < n; i++) out[i] += scale * (float)acc[i];
 }
 
 /* ---- AQLM wider codes: codewords (fp16, widened) times x ---- */
