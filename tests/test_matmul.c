@@ -35,27 +35,32 @@ static uint16_t f32_to_bf16(float f) { /* truncation is fine: the test only need
     return (uint16_t)(u >> 16);
 }
 
-/* Every kernel path this machine can run: each ISA, and AVX-512 without the
- * VBMI lookup kernels, with f32 tables and with int16 tables, with AMX tiles
- * for batches where the CPU has them and once without. Returns 0 past the
- * last; sets it up otherwise. */
+/* Every kernel path this machine can run: each ISA, AVX2 with gathers and
+ * with plain loads for the lookups, and AVX-512 without the VBMI lookup
+ * kernels, with f32 tables and with int16 tables, with AMX tiles for batches
+ * where the CPU has them and once without. Returns 0 past the last; sets it
+ * up otherwise. */
 typedef struct {
     kvq_isa isa;
-    int vbmi, amx;
+    int vbmi, amx, loads;
 } path;
 
 static int path_get(int i, path *p) {
     for (int isa = KVQ_ISA_SCALAR; isa <= KVQ_ISA_NEON; isa++) {
         if (!kvq_cpu_isa_available((kvq_isa)isa)) continue;
-        int variants = isa == KVQ_ISA_AVX512 ? (kvq_cpu_has_vbmi() ? 3 : 1) + kvq_cpu_has_amx() : 1;
+        int variants = isa == KVQ_ISA_AVX512 ? (kvq_cpu_has_vbmi() ? 3 : 1) + kvq_cpu_has_amx()
+                       : isa == KVQ_ISA_AVX2 ? 2
+                                             : 1;
         for (int v = 0; v < variants; v++, i--)
             if (i == 0) {
                 p->isa = (kvq_isa)isa;
                 p->amx = isa == KVQ_ISA_AVX512 && kvq_cpu_has_amx() && v < variants - 1;
                 p->vbmi = isa != KVQ_ISA_AVX512 || !kvq_cpu_has_vbmi() ? 0 : v < 3 ? v : 2;
+                p->loads = isa == KVQ_ISA_AVX2 && v == 1;
                 kvq_cpu_set_isa(p->isa);
                 kvq_cpu_set_vbmi(p->vbmi);
                 kvq_cpu_set_amx(p->amx);
+                kvq_cpu_set_avx2_lut(p->loads ? 2 : 1);
                 return 1;
             }
     }
@@ -65,6 +70,7 @@ static int path_get(int i, path *p) {
 static const char *path_name(const path *p) {
     static const char *names[2][3] = {{"avx512", "avx512+vbmi-f32", "avx512+vbmi-i16"},
                                       {"avx512+amx", "avx512+vbmi-f32+amx", "avx512+vbmi-i16+amx"}};
+    if (p->isa == KVQ_ISA_AVX2) return p->loads ? "avx2-loads" : "avx2-gathers";
     return p->isa == KVQ_ISA_AVX512 ? names[p->amx][p->vbmi] : kvq_isa_name(p->isa);
 }
 
@@ -175,6 +181,7 @@ static void test_ref_tiny_aqlm(void **state) {
         kvq_cpu_set_isa(saved);
         kvq_cpu_set_vbmi(2);
         kvq_cpu_set_amx(1);
+        kvq_cpu_set_avx2_lut(0);
         wdesc_free(&w);
     }
 }
@@ -277,6 +284,7 @@ static void check_weight(const wdesc *w, const int *ns, int n_ns, const char *wh
     kvq_cpu_set_isa(saved);
     kvq_cpu_set_vbmi(2);
     kvq_cpu_set_amx(1);
+    kvq_cpu_set_avx2_lut(0);
     free(x);
     free(y);
     free(yr);
@@ -389,6 +397,7 @@ static void check_cb8(wdesc *w, const char *what) {
     kvq_cpu_set_isa(saved);
     kvq_cpu_set_vbmi(2);
     kvq_cpu_set_amx(1);
+    kvq_cpu_set_avx2_lut(0);
     free(x), free(y), free(ys), free(yr), free(row), free(row_s);
 }
 

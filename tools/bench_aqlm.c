@@ -137,10 +137,11 @@ static double chunk_bw_gbs(int nt, size_t chunk) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench aqlm [-t THREADS] [--rows R --cols C] [--mb MB] [--no-vbmi] [--f32-lut] [--cb8]\n"
+    fprintf(f, "usage: kvq-bench aqlm [-t THREADS] [--rows R --cols C] [--mb MB] [--no-vbmi] [--f32-lut] [--cb8] [--avx2-lut L]\n"
                "  default shapes: 4096x4096, 11008x4096 (Llama-2-7B), 4096x14336, 14336x4096 (Llama-3-8B); MB: weight copies cycled per shape (1024: past any LLC)\n"
                "  KVQ_ISA=scalar|avx2|avx512 caps the kernels; --no-vbmi skips the AVX-512 VBMI lookups,\n"
-               "  --f32-lut uses them with f32 tables instead of int16 tables; --cb8: 1x16 with int8 codebooks (--aqlm-cb8)\n");
+               "  --f32-lut uses them with f32 tables instead of int16 tables; --cb8: 1x16 with int8 codebooks (--aqlm-cb8)\n"
+               "  --avx2-lut gathers|loads: how the AVX2 kernel looks tables up (default: loads on AMD, gathers elsewhere)\n");
 }
 
 int kvq_bench_aqlm(int argc, char **argv) {
@@ -159,6 +160,11 @@ int kvq_bench_aqlm(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--f32-lut")) {
             f32_lut = 1;
+            continue;
+        } else if (!strcmp(a, "--avx2-lut")) {
+            const char *v = i + 1 < argc ? argv[++i] : "";
+            if (strcmp(v, "gathers") && strcmp(v, "loads")) return kvq_tool_die(PROG, "--avx2-lut needs gathers or loads");
+            kvq_cpu_set_avx2_lut(!strcmp(v, "gathers") ? 1 : 2);
             continue;
         } else if (!strcmp(a, "--cb8")) {
             g_cb8 = 1;
@@ -182,8 +188,12 @@ int kvq_bench_aqlm(int argc, char **argv) {
     int vbmi = kvq_cpu_isa() == KVQ_ISA_AVX512 && kvq_cpu_has_vbmi() && !no_vbmi ? (f32_lut ? 1 : 2) : 0;
     if (no_vbmi) kvq_cpu_set_vbmi(0);
     else if (f32_lut) kvq_cpu_set_vbmi(1);
-    printf("threads %ld, isa %s%s%s\n", nt, kvq_isa_name(kvq_cpu_isa()), vbmi == 2 ? "+vbmi, int16 tables" : vbmi ? "+vbmi, f32 tables" : "",
-           g_cb8 ? ", 1x16 with int8 codebooks" : "");
+    const char *lut = vbmi == 2 ? "+vbmi, int16 tables"
+                      : vbmi       ? "+vbmi, f32 tables"
+                      : kvq_cpu_isa() != KVQ_ISA_AVX2 ? ""
+                      : kvq_cpu_avx2_lut_loads()      ? ", lookups by plain loads"
+                                                      : ", lookups by gathers";
+    printf("threads %ld, isa %s%s%s\n", nt, kvq_isa_name(kvq_cpu_isa()), lut, g_cb8 ? ", 1x16 with int8 codebooks" : "");
     fflush(stdout);
 
     /* Bandwidth before and after the GEMVs, best of both: on a shared machine

@@ -16,6 +16,9 @@
 #include <string.h>
 
 #include "cpu/cpu_matmul_impl.h"
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include "util.h"
 
 #if defined(KVQ_HAVE_BLAS)
@@ -71,6 +74,11 @@ static const kvq_mm_kernels k_neon = {
 static const kvq_mm_kernels k_avx2 = {
     kvq_dense_gemv_avx2,    kvq_dense_rows_avx2,       kvq_gemm_avx2,       kvq_aqlm_lut_build_avx2,
     kvq_aqlm_lut_gemv_avx2, kvq_aqlm_gather_gemv_avx2, kvq_aqlm_rows_avx2, NULL, NULL, NULL, NULL,
+};
+/* ... with plain loads for the lookups (AMD). */
+static const kvq_mm_kernels k_avx2_loads = {
+    kvq_dense_gemv_avx2,    kvq_dense_rows_avx2,       kvq_gemm_avx2,       kvq_aqlm_lut_build_avx2,
+    kvq_aqlm_lut_gemv_rows, kvq_aqlm_gather_gemv_avx2, kvq_aqlm_rows_avx2, NULL, NULL, NULL, NULL,
 };
 /* Widening/dequantizing tiles is not the bottleneck, so AVX-512 reuses the AVX2 ones. */
 static const kvq_mm_kernels k_avx512 = {
@@ -134,6 +142,28 @@ int kvq_cpu_set_vbmi(int level) {
     return __atomic_exchange_n(&g_vbmi_on, level < 0 ? 0 : level > 2 ? 2 : level, __ATOMIC_ACQ_REL);
 }
 
+static int g_avx2_lut = 0, g_amd = -1;
+
+int kvq_cpu_set_avx2_lut(int mode) {
+    return __atomic_exchange_n(&g_avx2_lut, mode < 0 || mode > 2 ? 0 : mode, __ATOMIC_ACQ_REL);
+}
+
+int kvq_cpu_avx2_lut_loads(void) {
+    int mode = __atomic_load_n(&g_avx2_lut, __ATOMIC_ACQUIRE);
+    if (mode) return mode == 2;
+    int amd = __atomic_load_n(&g_amd, __ATOMIC_ACQUIRE);
+    if (amd < 0) {
+        amd = 0;
+#if defined(__x86_64__)
+        unsigned a, b, c, d;
+        /* vendor string in ebx, edx, ecx: "AuthenticAMD", or Hygon's Zen-based "HygonGenuine" */
+        if (__get_cpuid(0, &a, &b, &c, &d)) amd = (b == 0x68747541u && d == 0x69746e65u) || b == 0x6f677948u;
+#endif
+        __atomic_store_n(&g_amd, amd, __ATOMIC_RELEASE);
+    }
+    return amd;
+}
+
 static const kvq_mm_kernels *kernels(void) {
     switch (kvq_cpu_isa()) {
 #if defined(__x86_64__)
@@ -141,7 +171,7 @@ static const kvq_mm_kernels *kernels(void) {
         int level = kvq_cpu_has_vbmi() ? __atomic_load_n(&g_vbmi_on, __ATOMIC_ACQUIRE) : 0;
         return level == 2 ? &k_avx512_vbmi16 : level == 1 ? &k_avx512_vbmi : &k_avx512;
     }
-    case KVQ_ISA_AVX2: return &k_avx2;
+    case KVQ_ISA_AVX2: return kvq_cpu_avx2_lut_loads() ? &k_avx2_loads : &k_avx2;
 #endif
 #if defined(__aarch64__)
     case KVQ_ISA_NEON: return &k_neon;

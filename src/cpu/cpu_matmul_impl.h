@@ -142,6 +142,12 @@ static inline float kvq_cw_val(const kvq_cpu_weight *w, size_t m, uint32_t c, si
  * Returns the previous setting. */
 int kvq_cpu_has_vbmi(void);
 int kvq_cpu_set_vbmi(int on);
+/* AVX2 LUT lookups: vpgatherdd, or plain loads (kvq_aqlm_lut_gemv_rows) on
+ * CPUs whose gathers are slow, AMD's (microcoded there). kvq_cpu_set_avx2_lut:
+ * 0 by vendor (the default), 1 gathers, 2 loads; returns the previous setting.
+ * kvq_cpu_avx2_lut_loads: what is in use now. */
+int kvq_cpu_set_avx2_lut(int mode);
+int kvq_cpu_avx2_lut_loads(void);
 /* AMX tiles for batches of KVQ_AMX_MIN_N tokens or more, on CPUs (and kernels)
  * that have them; kvq_cpu_set_amx(0) turns them off. Accuracy against the f32
  * reference (rel L2) that tests/test_matmul.c holds the path to: */
@@ -179,6 +185,7 @@ void kvq_dense_gemv_avx2(const kvq_cpu_weight *w, const float *x, int n, float *
 void kvq_dense_rows_avx2(const kvq_cpu_weight *w, int r0, int r1, float *out);
 void kvq_gemm_avx2(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy);
 void kvq_aqlm_lut_build_avx2(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
+void kvq_aqlm_lut_gemv_rows(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1);
 void kvq_aqlm_lut_gemv_avx2(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1);
 void kvq_aqlm_gather_gemv_avx2(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
 void kvq_aqlm_rows_avx2(const kvq_cpu_weight *w, int r0, int r1, float *out);
