@@ -91,7 +91,7 @@ static const kvq_mm_kernels k_avx512_vbmi = {
     kvq_dense_gemv_avx512,  kvq_dense_rows_avx2,         kvq_gemm_avx512,    kvq_aqlm_lut_build_vbmi,
     kvq_aqlm_lut_gemv_vbmi, kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2, NULL, NULL, NULL, NULL,
 };
-/* ... and with int16 tables (the f32-table kernels stay for > 65536 steps). */
+/* ... and with int16 tables (prompts batched when a row has up to 65536 steps, else token by token). */
 static const kvq_mm_kernels k_avx512_vbmi16 = {
     kvq_dense_gemv_avx512,      kvq_dense_rows_avx2,         kvq_gemm_avx512,         kvq_aqlm_lut_build_vbmi,
     kvq_aqlm_lut_gemv_vbmi,     kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2,      kvq_aqlm_lutq_build_avx512,
@@ -395,7 +395,7 @@ static int threads_for(int n_threads, size_t work) {
  * a table block). */
 #define KVQ_MAX_LUT_THREADS 1024
 #define KVQ_LUT_CHUNK_STEPS 16  /* f32 tables: 16 KB per chunk */
-#define KVQ_LUTQ_CHUNK_STEPS 64 /* int16 tables: 64 KB of f32, then 32 KB packed */
+#define KVQ_LUTQ_CHUNK_STEPS 128 /* int16 tables: 128 KB of f32, then 64 KB packed */
 
 /* Groups per chunk of about `steps` steps (a multiple of the unit). */
 static int chunk_groups(const kvq_cpu_weight *w, int steps) {
