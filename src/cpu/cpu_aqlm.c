@@ -12,12 +12,13 @@
  *    load the codewords themselves (fp16 codebooks, widened in registers) and
  *    FMA them with x. Codes are uint16 [row][g][m].
  *
- * Weights in place: GATHER codes (16-bit) and fp16 codebooks are the checkpoint's
- * own layout and are read straight from the mapping. LUT codes are transposed
- * once at load (the lookups need one step's codes of many rows side by side);
- * the mapping's pages of the original codes are then dropped, so resident
- * memory holds the codes once. With the opt-in int8 codebook (desc cb8) a
- * one-codebook GATHER weight keeps an int8 copy instead of the fp16 one. */
+ * Repacked once at load, the mapping's pages of the originals then dropped
+ * (resident memory holds the codes once): LUT codes are transposed (the
+ * lookups need one step's codes of many rows side by side); GATHER codebook
+ * and codes are copied into one huge-page block (gather_block: read from the
+ * page-cache mapping they ran at half speed). With the opt-in int8 codebook
+ * (desc cb8) a one-codebook GATHER weight holds an int8 codebook instead of
+ * the fp16 one. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -131,37 +132,65 @@ static void repack_codes(kvq_cpu_weight *w, const kvq_weight_desc *d) {
         }
     } else {
         uint16_t *dst = w->codes;
-        for (size_t i = 0; i < rows * S; i++) {
-            uint32_t c = d->code_bytes == 1 ? ((const uint8_t *)d->codes)[i] : kvq_rd_u16(d->codes, i);
-            dst[i] = (uint16_t)(c & mask);
-        }
+        long n_rows = (long)rows;
+#pragma omp parallel for schedule(static)
+        for (long o = 0; o < n_rows; o++)
+            for (size_t i = (size_t)o * S; i < (size_t)(o + 1) * S; i++) {
+                uint32_t c = d->code_bytes == 1 ? ((const uint8_t *)d->codes)[i] : kvq_rd_u16(d->codes, i);
+                dst[i] = (uint16_t)(c & mask);
+            }
     }
 }
 
 /* The opt-in int8 codebook (desc cb8, one codebook): q = round(v / s) with
- * s = max|v| / 127, so |v - q*s| <= s/2 for every value. Replaces cb16 (a
- * weight is one or the other, so every kernel computes the same weights);
- * the mapping's fp16 pages are released. Non-finite values keep fp16. */
-static int codebook_int8(kvq_cpu_weight *w, const kvq_weight_desc *d, size_t n) {
+ * s = max|v| / 127, so |v - q*s| <= s/2 for every value. It replaces the
+ * fp16 one (a weight is one or the other, so every kernel computes the same
+ * weights). cb8_max: max |v| of the n fp16 values, or a non-finite value
+ * when one is (those keep fp16). */
+static float cb8_max(const kvq_weight_desc *d, size_t n) {
     float mx = 0.0f;
     for (size_t i = 0; i < n; i++) {
-        float v = fabsf(kvq_f16_to_f32(w->cb16[i]));
+        float v = fabsf(kvq_f16_to_f32(kvq_rd_u16(d->codebooks, i)));
         mx = v > mx || v != v ? v : mx;
     }
-    if (!(mx <= FLT_MAX)) return KVQ_OK;
-    if (!(w->cb8 = alloc_for(n, 1, w, d))) return KVQ_ERR_NOMEM;
-    w->owned |= KVQ_OWN_CB8;
+    return mx;
+}
+
+static void codebook_int8(kvq_cpu_weight *w, const kvq_weight_desc *d, size_t n, float mx, int8_t *dst) {
+    w->cb8 = dst;
     w->cb8_scale = mx > 0.0f ? mx / 127.0f : 1.0f;
     float inv = 1.0f / w->cb8_scale;
-    for (size_t i = 0; i < n; i++) w->cb8[i] = (int8_t)lrintf(kvq_f16_to_f32(w->cb16[i]) * inv);
-    if (w->owned & KVQ_OWN_CB16) {
-        kvq_free_aligned(w->cb16);
-        w->owned &= ~(unsigned)KVQ_OWN_CB16;
-    } else if (d->in_mapping) {
-        release_mapped(d->codebooks, n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) dst[i] = (int8_t)lrintf(kvq_f16_to_f32(kvq_rd_u16(d->codebooks, i)) * inv);
+}
+
+/* GATHER weights: codebook and codes copied into one block of our own, the
+ * codebook first. The block is in transparent huge pages (kvq_alloc_aligned),
+ * and the codebook shares the first 2 MB page with the start of the codes:
+ * the gathers' random codeword loads then miss no TLB, and the codes stream
+ * from huge pages too. Read in place from the checkpoint's page-cache
+ * mapping (4 KB pages) instead, 7B 1x16 decode ran at half the speed on a
+ * Zen 5 VM with the same kernels (alternating runs: 1.24-1.30 tok/s against
+ * 2.37-2.47 copied); the model's 4096x4096 GEMVs took 0.6-5.9 ms (mean 1.45)
+ * instead of 0.56-0.7 ms (mean 0.65), as in kvq-bench aqlm.
+ * The mapping's pages are released afterwards, so memory holds each once;
+ * the copy costs load time (2.4 GB for a 7B 1x16). */
+static int gather_block(kvq_cpu_weight *w, const kvq_weight_desc *d, size_t n_cb, size_t n_codes) {
+    float mx = d->cb8 && w->M == 1 ? cb8_max(d, n_cb) : 0.0f;
+    int int8 = d->cb8 && w->M == 1 && mx <= FLT_MAX;
+    size_t cb_bytes = (n_cb * (int8 ? 1 : 2) + 63) / 64 * 64;
+    uint8_t *block = alloc_for(cb_bytes + n_codes * 2, 1, w, d);
+    if (!block) return KVQ_ERR_NOMEM;
+    w->owned |= KVQ_OWN_BLOCK;
+    w->block = block;
+    w->bytes -= cb_bytes - n_cb * (int8 ? 1 : 2); /* count what the kernels read */
+    if (int8) {
+        codebook_int8(w, d, n_cb, mx, (int8_t *)block);
+    } else {
+        w->cb16 = (uint16_t *)block;
+        memcpy(w->cb16, d->codebooks, n_cb * 2);
     }
-    w->bytes -= n * sizeof(uint16_t);
-    w->cb16 = NULL;
+    if (d->in_mapping) release_mapped(d->codebooks, n_cb * 2);
+    w->codes = block + cb_bytes;
     return KVQ_OK;
 }
 
@@ -178,15 +207,12 @@ int kvq_cpu_aqlm_init(kvq_cpu_weight *w, const kvq_weight_desc *d) {
     size_t K = (size_t)1 << d->nbits, M = (size_t)w->M, ig = (size_t)w->ig, n_cb = M * K * ig;
     int lut = w->kind == KVQ_CW_AQLM_LUT;
     size_t n_codes = (size_t)(lut ? w->rows_pad : w->rows) * (size_t)w->G * M; /* rows*cols was checked */
-    /* 16-bit codes as stored are already the GATHER layout (and mod 2^16 is free). */
-    int codes_in_place = !lut && d->nbits == 16 && d->code_bytes == 2 && (uintptr_t)d->codes % 2 == 0;
     /* The caller frees whatever was allocated when we fail half way. */
-    if (codes_in_place) {
-        w->codes = (void *)(uintptr_t)d->codes;
-        w->bytes += n_codes * 2;
-    } else {
-        if (!(w->codes = alloc_for(n_codes, lut ? 1 : 2, w, d))) return KVQ_ERR_NOMEM;
+    if (lut) {
+        if (!(w->codes = alloc_for(n_codes, 1, w, d))) return KVQ_ERR_NOMEM;
         w->owned |= KVQ_OWN_CODES;
+    } else if ((st = gather_block(w, d, n_cb, n_codes)) != KVQ_OK) {
+        return st;
     }
     if (!(w->scales = alloc_for((size_t)w->rows_pad, sizeof(float), w, d))) return KVQ_ERR_NOMEM;
     if (lut) {
@@ -196,19 +222,9 @@ int kvq_cpu_aqlm_init(kvq_cpu_weight *w, const kvq_weight_desc *d) {
         for (size_t m = 0; m < M; m++)
             for (size_t c = 0; c < 256; c++)
                 for (size_t j = 0; j < ig; j++) w->cb_t[(m * ig + j) * 256 + c] = w->cb[(m * 256 + c) * ig + j];
-    } else if ((uintptr_t)d->codebooks % 2 == 0) {
-        w->cb16 = (uint16_t *)(uintptr_t)d->codebooks;
-        w->bytes += n_cb * sizeof(uint16_t);
-    } else {
-        if (!(w->cb16 = alloc_for(n_cb, sizeof(uint16_t), w, d))) return KVQ_ERR_NOMEM;
-        w->owned |= KVQ_OWN_CB16;
-        memcpy(w->cb16, d->codebooks, n_cb * sizeof(uint16_t));
     }
-    if (!lut && d->cb8 && M == 1 && (st = codebook_int8(w, d, n_cb)) != KVQ_OK) return st;
-    if (!codes_in_place) {
-        repack_codes(w, d);
-        if (d->in_mapping) release_mapped(d->codes, (size_t)w->rows * w->G * M * (size_t)d->code_bytes);
-    }
+    repack_codes(w, d);
+    if (d->in_mapping) release_mapped(d->codes, (size_t)w->rows * w->G * M * (size_t)d->code_bytes);
     for (int o = 0; o < w->rows_pad; o++)
         w->scales[o] = o < w->rows ? kvq_f16_to_f32(kvq_rd_u16(d->scales, (size_t)o)) : 0.0f;
     return KVQ_OK;

@@ -196,8 +196,7 @@ void kvq_cpu_weight_free(kvq_cpu_weight *w) {
     if (!w) return;
     if (w->owned & KVQ_OWN_DATA) kvq_free_aligned(w->data);
     if (w->owned & KVQ_OWN_CODES) kvq_free_aligned(w->codes);
-    if (w->owned & KVQ_OWN_CB16) kvq_free_aligned(w->cb16);
-    if (w->owned & KVQ_OWN_CB8) kvq_free_aligned(w->cb8);
+    if (w->owned & KVQ_OWN_BLOCK) kvq_free_aligned(w->block);
     kvq_free_aligned(w->bias);
     kvq_free_aligned(w->cb);
     kvq_free_aligned(w->cb_t);

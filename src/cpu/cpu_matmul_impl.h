@@ -38,9 +38,9 @@ typedef enum {
     KVQ_CW_AQLM_GATHER, /* nbits > 8: gather codewords (f32) and FMA with x */
 } kvq_cw_kind;
 
-/* Which of data / codes / cb16 / cb8 this weight allocated; the others point into the
+/* Which of data / codes / block this weight allocated; the others point into the
  * caller's memory (the checkpoint mapping, which outlives the weight). */
-enum { KVQ_OWN_DATA = 1, KVQ_OWN_CODES = 2, KVQ_OWN_CB16 = 4, KVQ_OWN_CB8 = 8 };
+enum { KVQ_OWN_DATA = 1, KVQ_OWN_CODES = 2, KVQ_OWN_BLOCK = 4 };
 
 struct kvq_cpu_weight {
     kvq_cw_kind kind;
@@ -59,6 +59,7 @@ struct kvq_cpu_weight {
      * LUT: uint8 [G*M][rows_pad] -- step s = g*M + m holds the codes of all rows;
      * GATHER: uint16 [rows][G][M]. */
     void *codes;
+    void *block;    /* GATHER: one allocation holding the codebook (cb16 or cb8), then the codes */
     float *cb;      /* LUT: f32 codebooks [M][256][ig] */
     float *cb_t;    /* LUT: transposed f32 codebooks [M][ig][256] (vector LUT build) */
     uint16_t *cb16; /* GATHER: fp16 codebooks [M][2^nbits][ig]; half the bytes of f32 fits L2 better */
