@@ -75,11 +75,11 @@ static const char *path_name(const path *p) {
 }
 
 /* Tolerance of a path against the f32 reference: int16 LUTs (8-bit AQLM
- * codes, up to 39 tokens) and AMX tiles (16 tokens or more) have their stated
- * bounds, everything else f32 rounding. */
+ * codes; up to 39 tokens with AMX, any number without) and AMX tiles (16
+ * tokens or more) have their stated bounds, everything else f32 rounding. */
 static double path_tol(const path *p, const kvq_weight_desc *d, int n) {
     int lut8 = d->fmt == KVQ_W_AQLM && d->nbits == 8;
-    if (p->vbmi == 2 && lut8 && n < 40) return KVQ_LUT_I16_REL_L2;
+    if (p->vbmi == 2 && lut8 && (n < 40 || !p->amx)) return KVQ_LUT_I16_REL_L2;
     if (p->amx && n >= 16) return KVQ_AMX_REL_L2;
     return 1e-5;
 }
