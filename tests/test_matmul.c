@@ -67,6 +67,14 @@ static int path_get(int i, path *p) {
     return 0;
 }
 
+/* Back to the ISA the test started with and every path setting to its default. */
+static void path_reset(kvq_isa saved) {
+    kvq_cpu_set_isa(saved);
+    kvq_cpu_set_vbmi(2);
+    kvq_cpu_set_amx(1);
+    kvq_cpu_set_avx2_lut(0);
+}
+
 static const char *path_name(const path *p) {
     static const char *names[2][3] = {{"avx512", "avx512+vbmi-f32", "avx512+vbmi-i16"},
                                       {"avx512+amx", "avx512+vbmi-f32+amx", "avx512+vbmi-i16+amx"}};
@@ -141,7 +149,7 @@ static void test_ref_tiny_aqlm(void **state) {
     path pa;
     kvq_isa saved0 = kvq_cpu_isa();
     for (int pi = 0; path_get(pi, &pa); pi++) print_message("kernel path: %s\n", path_name(&pa));
-    kvq_cpu_set_isa(saved0);
+    path_reset(saved0);
     for (int cb = 1; cb <= 2; cb++) {
         wdesc w;
         tiny_make(&w, cb);
@@ -178,10 +186,7 @@ static void test_ref_tiny_aqlm(void **state) {
             }
             kvq_cpu_weight_free(cw);
         }
-        kvq_cpu_set_isa(saved);
-        kvq_cpu_set_vbmi(2);
-        kvq_cpu_set_amx(1);
-        kvq_cpu_set_avx2_lut(0);
+        path_reset(saved);
         wdesc_free(&w);
     }
 }
@@ -281,10 +286,7 @@ static void check_weight(const wdesc *w, const int *ns, int n_ns, const char *wh
             kvq_cpu_weight_free(cw);
         }
     }
-    kvq_cpu_set_isa(saved);
-    kvq_cpu_set_vbmi(2);
-    kvq_cpu_set_amx(1);
-    kvq_cpu_set_avx2_lut(0);
+    path_reset(saved);
     free(x);
     free(y);
     free(yr);
@@ -394,10 +396,7 @@ static void check_cb8(wdesc *w, const char *what) {
             kvq_cpu_weight_free(cw);
         }
     }
-    kvq_cpu_set_isa(saved);
-    kvq_cpu_set_vbmi(2);
-    kvq_cpu_set_amx(1);
-    kvq_cpu_set_avx2_lut(0);
+    path_reset(saved);
     free(x), free(y), free(ys), free(yr), free(row), free(row_s);
 }
 

@@ -19,6 +19,8 @@ const char *kvq_isa_name(kvq_isa isa);
 /* Forces an ISA (tests compare every path to the reference); returns the previous one. */
 kvq_isa kvq_cpu_set_isa(kvq_isa isa);
 int kvq_cpu_isa_available(kvq_isa isa);
+/* 1 on AMD (and Hygon) x86 CPUs, whose vpgatherdd is microcoded (slow). */
+int kvq_cpu_slow_gathers(void);
 
 /* ---- cpu_matmul.c / cpu_aqlm*.c: weights in CPU layout ---- */
 typedef struct kvq_cpu_weight kvq_cpu_weight;

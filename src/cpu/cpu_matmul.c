@@ -16,9 +16,6 @@
 #include <string.h>
 
 #include "cpu/cpu_matmul_impl.h"
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 #include "util.h"
 
 #if defined(KVQ_HAVE_BLAS)
@@ -153,7 +150,7 @@ int kvq_cpu_set_vbmi(int level) {
     return __atomic_exchange_n(&g_vbmi_on, level < 0 ? 0 : level > 2 ? 2 : level, __ATOMIC_ACQ_REL);
 }
 
-static int g_avx2_lut = 0, g_amd = -1;
+static int g_avx2_lut = 0, g_slow_gathers = -1;
 
 int kvq_cpu_set_avx2_lut(int mode) {
     return __atomic_exchange_n(&g_avx2_lut, mode < 0 || mode > 2 ? 0 : mode, __ATOMIC_ACQ_REL);
@@ -162,17 +159,12 @@ int kvq_cpu_set_avx2_lut(int mode) {
 int kvq_cpu_avx2_lut_loads(void) {
     int mode = __atomic_load_n(&g_avx2_lut, __ATOMIC_ACQUIRE);
     if (mode) return mode == 2;
-    int amd = __atomic_load_n(&g_amd, __ATOMIC_ACQUIRE);
-    if (amd < 0) {
-        amd = 0;
-#if defined(__x86_64__)
-        unsigned a, b, c, d;
-        /* vendor string in ebx, edx, ecx: "AuthenticAMD", or Hygon's Zen-based "HygonGenuine" */
-        if (__get_cpuid(0, &a, &b, &c, &d)) amd = (b == 0x68747541u && d == 0x69746e65u) || b == 0x6f677948u;
-#endif
-        __atomic_store_n(&g_amd, amd, __ATOMIC_RELEASE);
+    int slow = __atomic_load_n(&g_slow_gathers, __ATOMIC_ACQUIRE);
+    if (slow < 0) {
+        slow = kvq_cpu_slow_gathers();
+        __atomic_store_n(&g_slow_gathers, slow, __ATOMIC_RELEASE);
     }
-    return amd;
+    return slow;
 }
 
 static const kvq_mm_kernels *kernels(void) {
