@@ -187,10 +187,14 @@ kvq_status kvq_model_load_weights(kvq_model *m, const char *dir, const kvq_st *s
     loader L = {st, hp};
     int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     kvq_status s;
-    if ((s = load_dense(m, &L, "model.embed_tokens.weight", hp->n_vocab, hp->n_embd, &m->embed))) return s;
+    int tied = hp->tie_embeddings && !kvq_st_find(st, "lm_head.weight");
+    kvq_weight_desc ed;
+    if ((s = dense_desc(&L, "model.embed_tokens.weight", hp->n_vocab, hp->n_embd, &ed))) return s;
+    ed.rows_only = !tied; /* untied, the graph reads a few rows per token (get_rows) */
+    if ((s = upload(m, &ed, &m->embed))) return s;
     m->embed_bytes = m->weight_bytes;
     if ((s = load_dense(m, &L, "model.norm.weight", 0, hp->n_embd, &m->out_norm))) return s;
-    if (hp->tie_embeddings && !kvq_st_find(st, "lm_head.weight")) {
+    if (tied) {
         m->lm_head = m->embed;
     } else {
         kvq_weight_desc d;

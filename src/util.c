@@ -103,6 +103,16 @@ void *kvq_alloc_aligned(size_t bytes) {
 
 void kvq_free_aligned(void *p) { free(p); }
 
+/* For a read-only file mapping this only drops the pages from this process;
+ * the file and the page cache keep the data. */
+void kvq_mmap_release(const void *p, size_t n) {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg,
+              b = ((uintptr_t)p + n) / (uintptr_t)pg * (uintptr_t)pg;
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 kvq_status kvq_mmap_open(const char *path, kvq_mmap *m) {
     m->data = NULL;
     m->size = 0;

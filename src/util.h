@@ -37,6 +37,9 @@ static inline float kvq_rd_f32(const void *p, size_t i) {
 /* 64-byte aligned allocation (free with kvq_free_aligned); NULL on failure or overflow. */
 void *kvq_alloc_aligned(size_t bytes);
 void kvq_free_aligned(void *p);
+/* The whole pages inside [p, p + n) of a read-only file mapping are not
+ * needed any more (a copy was made): they leave this process's memory. */
+void kvq_mmap_release(const void *p, size_t n);
 
 /* Read-only memory map of a whole file. */
 typedef struct {

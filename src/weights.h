@@ -43,6 +43,10 @@ typedef struct {
      * (madvise); 0: plain memory, which must not be touched that way. */
     int in_mapping;
 
+    /* 1: only single rows will be read (an untied embedding table), so a
+     * backend should not copy it for the sake of streaming it faster. */
+    int rows_only;
+
     /* 1: an AQLM weight with one codebook of 9..16-bit codes may keep that
      * codebook as int8 with one scale (lossy; the CPU backend's opt-in). */
     int cb8;

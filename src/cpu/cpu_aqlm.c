@@ -23,8 +23,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "cpu/cpu_matmul_impl.h"
 #include "util.h"
@@ -59,16 +57,6 @@ static void *alloc_for(size_t n, size_t size, kvq_cpu_weight *w, const kvq_weigh
     }
     w->bytes += bytes;
     return p;
-}
-
-/* Tells the kernel the mapping's pages of [p, p + n) are not needed any more
- * (whole pages inside the range only). For a read-only file mapping that only
- * drops them from this process; the file and the page cache keep the data. */
-static void release_mapped(const void *p, size_t n) {
-    long pg = sysconf(_SC_PAGESIZE);
-    if (pg <= 0) return;
-    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg, b = ((uintptr_t)p + n) / (uintptr_t)pg * (uintptr_t)pg;
-    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 /* x[i] byte j <-> x[j] byte i (8x8 byte transpose, three swap stages). */
@@ -189,7 +177,7 @@ static int gather_block(kvq_cpu_weight *w, const kvq_weight_desc *d, size_t n_cb
         w->cb16 = (uint16_t *)block;
         memcpy(w->cb16, d->codebooks, n_cb * 2);
     }
-    if (d->in_mapping) release_mapped(d->codebooks, n_cb * 2);
+    if (d->in_mapping) kvq_mmap_release(d->codebooks, n_cb * 2);
     w->codes = block + cb_bytes;
     return KVQ_OK;
 }
@@ -224,7 +212,7 @@ int kvq_cpu_aqlm_init(kvq_cpu_weight *w, const kvq_weight_desc *d) {
                 for (size_t j = 0; j < ig; j++) w->cb_t[(m * ig + j) * 256 + c] = w->cb[(m * 256 + c) * ig + j];
     }
     repack_codes(w, d);
-    if (d->in_mapping) release_mapped(d->codes, (size_t)w->rows * w->G * M * (size_t)d->code_bytes);
+    if (d->in_mapping) kvq_mmap_release(d->codes, (size_t)w->rows * w->G * M * (size_t)d->code_bytes);
     for (int o = 0; o < w->rows_pad; o++)
         w->scales[o] = o < w->rows ? kvq_f16_to_f32(kvq_rd_u16(d->scales, (size_t)o)) : 0.0f;
     return KVQ_OK;
