@@ -99,6 +99,9 @@ typedef struct {
     int aqlm_cb8;        /* CPU only, opt-in and lossy: one-codebook AQLM with 9..16-bit codes
                             (1x16) keeps its codebook as int8, one scale per codebook: half the
                             bytes, faster decode; ~1% RMS change of the weights (README) */
+    int aqlm_lut8;       /* CPU with AVX-512 VBMI only, opt-in and lossy: 8-bit-code (2x8) AQLM
+                            matmuls look up int8 tables instead of int16 ones: faster prompts,
+                            ~1% RMS change of each matmul's outputs (README) */
 } kvq_model_params;
 
 KVQ_API kvq_model_params kvq_model_default_params(void);

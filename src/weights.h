@@ -50,6 +50,9 @@ typedef struct {
     /* 1: an AQLM weight with one codebook of 9..16-bit codes may keep that
      * codebook as int8 with one scale (lossy; the CPU backend's opt-in). */
     int cb8;
+    /* 1: an AQLM weight with 8-bit codes may be looked up through int8 tables
+     * (lossy; the CPU backend's opt-in, AVX-512 VBMI only). */
+    int lut8;
 } kvq_weight_desc;
 
 /* Code value for (row o, group g, codebook m), already reduced mod 2^nbits. */

@@ -3,6 +3,7 @@
  * and the errors for shapes the CPU path does not take. */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -420,6 +421,90 @@ static void test_cb8(void **state) {
     wdesc_free(&w);
 }
 
+/* The opt-in int8 tables (desc lut8, 8-bit codes): on the VBMI int16-table
+ * paths (decode, and prompts where AMX does not take them) every output
+ * stays within the stated bound, scale_o * S * max|T| / 254 for S steps with
+ * max|T| over all of the token's tables (the kernels' scales, per chunk or
+ * per token, are never coarser), and the error is larger than int16 tables
+ * allow (the int8 tables are really in use); every other path ignores lut8. */
+static void check_lut8(wdesc *w, const char *what) {
+    static const int ns[] = {1, 3, 17, 45};
+    int rows = w->d.rows, cols = w->d.cols, M = w->d.n_codebooks, ig = w->d.in_group, G = cols / ig, nmax = 45;
+    float *x = malloc(sizeof(float) * (size_t)nmax * cols), *y = malloc(sizeof(float) * (size_t)nmax * rows);
+    float *yr = malloc(sizeof(float) * (size_t)nmax * rows), *tmax = malloc(sizeof(float) * (size_t)nmax);
+    assert_true(x && y && yr && tmax);
+    tu_rand_fill(x, (size_t)nmax * cols, &rng);
+    for (int t = 0; t < nmax; t++) { /* max |T| of token t's tables */
+        float mx = 0.0f;
+        for (int g = 0; g < G; g++)
+            for (int m = 0; m < M; m++)
+                for (int c = 0; c < 256; c++) {
+                    float v = 0.0f;
+                    for (int j = 0; j < ig; j++)
+                        v += kvq_f16_to_f32(kvq_rd_u16(w->d.codebooks, ((size_t)m * 256 + c) * ig + j)) *
+                             x[(size_t)t * cols + (size_t)g * ig + j];
+                    mx = fabsf(v) > mx ? fabsf(v) : mx;
+                }
+        tmax[t] = mx;
+    }
+    kvq_isa saved = kvq_cpu_isa();
+    w->d.lut8 = 1;
+    int used = 0;
+    for (int i = 0; i < 4; i++) {
+        int n = ns[i];
+        kvq_ref_matmul(&w->d, x, yr, n);
+        path pa;
+        for (int pi = 0; path_get(pi, &pa); pi++) {
+            kvq_cpu_weight *cw = kvq_cpu_weight_new(&w->d);
+            if (!cw) fail_msg("%s: weight_new failed: %s", what, kvq_last_error());
+            int nt = 1 + (i + pi) % 3;
+            memset(y, 0xff, sizeof(float) * (size_t)n * rows);
+            kvq_cpu_matmul(cw, x, y, n, nt);
+            double e = tu_rel_l2(y, yr, (size_t)n * rows);
+            if (pa.vbmi == 2 && (n < 40 || !pa.amx)) {
+                used++;
+                if (!(e <= KVQ_LUT_I8_REL_L2 && e > KVQ_LUT_I16_REL_L2))
+                    fail_msg("%s n=%d path=%s threads=%d: rel L2 %.3g, not in (%.0e, %.0e]", what, n, path_name(&pa), nt,
+                             e, KVQ_LUT_I16_REL_L2, KVQ_LUT_I8_REL_L2);
+                for (int t = 0; t < n; t++)
+                    for (int o = 0; o < rows; o++) {
+                        double sc = fabs(kvq_f16_to_f32(kvq_rd_u16(w->d.scales, (size_t)o)));
+                        double r = yr[(size_t)t * rows + o], d = fabs(y[(size_t)t * rows + o] - r);
+                        double bound = sc * G * M * tmax[t] / 254.0 * 1.01 + 1e-4 * (fabs(r) + 1.0);
+                        if (!(d <= bound))
+                            fail_msg("%s n=%d path=%s: token %d row %d off by %.3g > bound %.3g", what, n, path_name(&pa), t,
+                                     o, d, bound);
+                    }
+                if (i == 0) print_message("%s n=%d path=%s: rel L2 %.2e (bound %.0e)\n", what, n, path_name(&pa), e,
+                                          KVQ_LUT_I8_REL_L2);
+            } else if (!(e <= path_tol(&pa, &w->d, n))) {
+                fail_msg("%s n=%d path=%s: lut8 moved a path without int8 tables (%.3g)", what, n, path_name(&pa), e);
+            }
+            kvq_cpu_weight_free(cw);
+        }
+    }
+    path_reset(saved);
+    if (kvq_cpu_has_vbmi() && !used) fail_msg("%s: no path used the int8 tables", what);
+    free(x), free(y), free(yr), free(tmax);
+}
+
+static void test_lut8(void **state) {
+    (void)state;
+    wdesc w;
+    make_aqlm(&w, 37, 13 * 8, 2, 8, 8, 1, 1); /* odd group count, bias */
+    check_lut8(&w, "lut8 2x8 37x104");
+    wdesc_free(&w);
+    make_aqlm(&w, 200, 301 * 8, 1, 8, 8, 1, 0); /* 1x8: odd step count, several u16 carries */
+    check_lut8(&w, "lut8 1x8 200x2408");
+    wdesc_free(&w);
+    make_aqlm(&w, 130, 70 * 16, 2, 8, 16, 1, 0); /* g16 */
+    check_lut8(&w, "lut8 2x8g16 130x1120");
+    wdesc_free(&w);
+    make_aqlm(&w, 2100, 600, 2, 8, 8, 1, 0); /* more rows than one block of the prompt kernel */
+    check_lut8(&w, "lut8 2x8 2100x600");
+    wdesc_free(&w);
+}
+
 static void expect_reject(kvq_weight_desc d, const char *why) {
     d.name = "model.layers.7.mlp.odd_proj";
     kvq_cpu_weight *cw = kvq_cpu_weight_new(&d);
@@ -463,7 +548,8 @@ static void test_unsupported(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ref_tiny_aqlm), cmocka_unit_test(test_dense),      cmocka_unit_test(test_aqlm_shapes),
-        cmocka_unit_test(test_threaded),      cmocka_unit_test(test_cb8),     cmocka_unit_test(test_unsupported),
+        cmocka_unit_test(test_threaded),      cmocka_unit_test(test_cb8),     cmocka_unit_test(test_lut8),
+        cmocka_unit_test(test_unsupported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

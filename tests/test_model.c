@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/cpu_matmul_impl.h"
 #include "kvq.h"
 #include "testutil.h"
 
@@ -185,24 +186,15 @@ static void test_context_limits(void **state) {
     kvq_context_free(c);
 }
 
-/* The opt-in int8 codebook (kvq_model_params.aqlm_cb8, CPU): the model
- * loaded with it says so, its logits move (the int8 codebook is in use) but
- * stay within KVQ_TEST_CB8_LOGITS of the fp32 reference with the same top
- * token; decode (token by token) agrees with the batch. */
-#define KVQ_TEST_CB8_LOGITS 6e-2
-static void test_cb8(void **state) {
-    fixture *f = *state;
-    TU_NEED_FIXTURE(f);
-    if (g_backend && *g_backend && strcmp(g_backend, "cpu")) skip();
-    char dir[300];
-    snprintf(dir, sizeof dir, "%s", tu_fixture(!strcmp(f->name, "brown-llama-aqlm-1x16") ? "models/brown-llama-aqlm-1x16"
-                                                                                       : "models/llama3-tiny-aqlm-1x16g16"));
-    kvq_model_params mp = kvq_model_default_params();
-    mp.backend = "cpu";
-    mp.aqlm_cb8 = 1;
+/* An opt-in lossy CPU mode (int8 codebooks or int8 tables): the model
+ * loaded with it says so (`tag` in the backend name), its logits move (the
+ * mode is in use) but stay within `tol` of the fp32 reference with the same
+ * top token; decode (token by token) agrees with the batch within `tol_one`. */
+static void check_lossy_mode(fixture *f, const char *dir, const kvq_model_params *mp, const char *tag, double tol,
+                             double tol_one) {
     kvq_model *m;
-    if (kvq_model_load(dir, &mp, &m) != KVQ_OK) fail_msg("load %s: %s", dir, kvq_last_error());
-    assert_non_null(strstr(kvq_model_backend_name(m), "int8 AQLM codebooks"));
+    if (kvq_model_load(dir, mp, &m) != KVQ_OK) fail_msg("load %s: %s", dir, kvq_last_error());
+    assert_non_null(strstr(kvq_model_backend_name(m), tag));
     kvq_context *c8 = new_ctx(m, KVQ_CACHE_F32, 512), *c = new_ctx(f->m, KVQ_CACHE_F32, 512);
     kvq_context *one = new_ctx(m, KVQ_CACHE_F32, 1);
     assert_int_equal(kvq_eval(c8, f->prompt, f->n_prompt), KVQ_OK);
@@ -214,16 +206,47 @@ static void test_cb8(void **state) {
     int a[3], b[3];
     top3(l8, f->n_vocab, a);
     top3(f->ref_logits, f->n_vocab, b);
-    print_message("%s int8 codebooks: rel L2 %.2e to the reference, %.2e to the fp16 codebooks, token-by-token %.2e\n",
-                  f->name, err, moved, e1);
-    if (!(moved > 1e-5)) fail_msg("%s: int8 codebooks changed nothing (%.3g)", f->name, moved);
-    if (!(err <= KVQ_TEST_CB8_LOGITS)) fail_msg("%s: int8 codebooks rel L2 %.3e > %.0e", f->name, err, KVQ_TEST_CB8_LOGITS);
-    if (a[0] != b[0]) fail_msg("%s: int8 codebooks change the top token", f->name);
-    assert_true(e1 <= 1e-4);
+    print_message("%s %s: rel L2 %.2e to the reference, %.2e to the default, token-by-token %.2e\n", f->name, tag, err,
+                  moved, e1);
+    if (!(moved > 1e-5)) fail_msg("%s: %s changed nothing (%.3g)", f->name, tag, moved);
+    if (!(err <= tol)) fail_msg("%s: %s rel L2 %.3e > %.0e", f->name, tag, err, tol);
+    if (a[0] != b[0]) fail_msg("%s: %s change the top token", f->name, tag);
+    if (!(e1 <= tol_one)) fail_msg("%s: %s token by token rel L2 %.3e > %.0e", f->name, tag, e1, tol_one);
     kvq_context_free(c8);
     kvq_context_free(c);
     kvq_context_free(one);
     kvq_model_free(m);
+}
+
+/* kvq_model_params.aqlm_cb8 on the 1x16 fixtures. */
+#define KVQ_TEST_CB8_LOGITS 6e-2
+static void test_cb8(void **state) {
+    fixture *f = *state;
+    TU_NEED_FIXTURE(f);
+    if (g_backend && *g_backend && strcmp(g_backend, "cpu")) skip();
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = "cpu";
+    mp.aqlm_cb8 = 1;
+    check_lossy_mode(f, tu_fixture(!strcmp(f->name, "brown-llama-aqlm-1x16") ? "models/brown-llama-aqlm-1x16"
+                                                                             : "models/llama3-tiny-aqlm-1x16g16"),
+                     &mp, "int8 AQLM codebooks", KVQ_TEST_CB8_LOGITS, 1e-4);
+}
+
+/* kvq_model_params.aqlm_lut8 on the 2x8 fixtures, where the CPU has the
+ * int8-table kernels (AVX-512 VBMI). Prompt and decode scale their tables
+ * differently (per token, per chunk of steps), so token by token is held
+ * only to the bound itself. */
+#define KVQ_TEST_LUT8_LOGITS 6e-2
+static void test_lut8(void **state) {
+    fixture *f = *state;
+    TU_NEED_FIXTURE(f);
+    if ((g_backend && *g_backend && strcmp(g_backend, "cpu")) || kvq_cpu_isa() != KVQ_ISA_AVX512 || !kvq_cpu_has_vbmi()) skip();
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = "cpu";
+    mp.aqlm_lut8 = 1;
+    check_lossy_mode(f, tu_fixture(!strcmp(f->name, "brown-llama-aqlm-2x8") ? "models/brown-llama-aqlm-2x8"
+                                                                            : "models/mistral-tiny-aqlm-2x8"),
+                     &mp, "int8 AQLM tables", KVQ_TEST_LUT8_LOGITS, KVQ_TEST_LUT8_LOGITS);
 }
 
 #define MODEL_TESTS(id)                                                          \
@@ -250,6 +273,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_context_limits, setup_a2x8, teardown),
         cmocka_unit_test_setup_teardown(test_cb8, setup_a1x16, teardown),
         cmocka_unit_test_setup_teardown(test_cb8, setup_llama3, teardown),
+        cmocka_unit_test_setup_teardown(test_lut8, setup_a2x8, teardown),
+        cmocka_unit_test_setup_teardown(test_lut8, setup_mistral, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,7 +35,8 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int g_cb8; /* --cb8: the 1x16 weights keep int8 codebooks */
+static int g_cb8;  /* --cb8: the 1x16 weights keep int8 codebooks */
+static int g_lut8; /* --lut8: the 2x8 weights are looked up through int8 tables */
 
 /* Times n=1 matmuls over enough uploads of one random AQLM weight to span min_bytes. */
 static int bench_format(int rows, int cols, int M, int nbits, size_t min_bytes, int nt, result *res) {
@@ -49,7 +50,7 @@ static int bench_format(int rows, int cols, int M, int nbits, size_t min_bytes, 
     for (int k = 0; k < cols; k++) x[k] = rndf();
     kvq_weight_desc d = {.fmt = KVQ_W_AQLM, .rows = rows, .cols = cols, .n_codebooks = M, .nbits = nbits,
                          .in_group = ig, .code_bytes = cbytes, .codebooks = cb, .scales = scales, .name = "bench.aqlm",
-                         .cb8 = g_cb8};
+                         .cb8 = g_cb8, .lut8 = g_lut8};
 
     /* What one GEMV must stream: codes plus (f32) scales. Codebooks are not
      * counted (2x8: 16 KB; 1x16: 1 MB fp16), but as in a model every copy has
@@ -154,10 +155,11 @@ static double chunk_bw_gbs(int nt, size_t chunk) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench aqlm [-t THREADS] [--rows R --cols C] [--mb MB] [--no-vbmi] [--f32-lut] [--cb8] [--avx2-lut L]\n"
+    fprintf(f, "usage: kvq-bench aqlm [-t THREADS] [--rows R --cols C] [--mb MB] [--no-vbmi] [--f32-lut] [--lut8] [--cb8] [--avx2-lut L]\n"
                "  default shapes: 4096x4096, 11008x4096 (Llama-2-7B), 4096x14336, 14336x4096 (Llama-3-8B); MB: weight copies cycled per shape (1024: past any LLC)\n"
                "  KVQ_ISA=scalar|avx2|avx512 caps the kernels; --no-vbmi skips the AVX-512 VBMI lookups,\n"
-               "  --f32-lut uses them with f32 tables instead of int16 tables; --cb8: 1x16 with int8 codebooks (--aqlm-cb8)\n"
+               "  --f32-lut uses them with f32 tables instead of int16 tables, --lut8 with int8 tables (--aqlm-lut8);\n"
+               "  --cb8: 1x16 with int8 codebooks (--aqlm-cb8)\n"
                "  --avx2-lut gathers|loads: how the AVX2 kernel looks tables up (default: loads on AMD, gathers elsewhere)\n");
 }
 
@@ -183,6 +185,9 @@ int kvq_bench_aqlm(int argc, char **argv) {
             if (strcmp(v, "gathers") && strcmp(v, "loads")) return kvq_tool_die(PROG, "--avx2-lut needs gathers or loads");
             kvq_cpu_set_avx2_lut(!strcmp(v, "gathers") ? 1 : 2);
             continue;
+        } else if (!strcmp(a, "--lut8")) {
+            g_lut8 = 1;
+            continue;
         } else if (!strcmp(a, "--cb8")) {
             g_cb8 = 1;
             continue;
@@ -205,7 +210,8 @@ int kvq_bench_aqlm(int argc, char **argv) {
     int vbmi = kvq_cpu_isa() == KVQ_ISA_AVX512 && kvq_cpu_has_vbmi() && !no_vbmi ? (f32_lut ? 1 : 2) : 0;
     if (no_vbmi) kvq_cpu_set_vbmi(0);
     else if (f32_lut) kvq_cpu_set_vbmi(1);
-    const char *lut = vbmi == 2 ? "+vbmi, int16 tables"
+    const char *lut = vbmi == 2 && g_lut8 ? "+vbmi, int8 tables"
+                      : vbmi == 2 ? "+vbmi, int16 tables"
                       : vbmi       ? "+vbmi, f32 tables"
                       : kvq_cpu_isa() != KVQ_ISA_AVX2 ? ""
                       : kvq_cpu_avx2_lut_loads()      ? ", lookups by plain loads"

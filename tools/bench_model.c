@@ -17,7 +17,7 @@
 static const char *P = "kvq-bench model";
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [--device D] [--aqlm-cb8]\n"
+    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [--device D] [--aqlm-cb8] [--aqlm-lut8]\n"
                "       kvq-bench model --synthetic llama2-7b|llama3-8b|mistral-7b --scheme 2x8|1x16 [--synthetic-dir D]\n"
                "  -m      model directory (default: the demo model)\n"
                "  --synthetic  a real-shape AQLM checkpoint with random codes, written once under D\n"
@@ -26,7 +26,8 @@ static int usage(FILE *f) {
                "  -t      threads (default: all cores), --reps passes, best is reported (default 3)\n"
                "  -ctk/-ctv  KV cache types (default f16)\n"
                "  --backend auto|cpu|vulkan, --device N|NAME (GPU)\n"
-               "  --aqlm-cb8  CPU: 1x16 AQLM codebooks as int8 (opt-in, lossy; see README)\n");
+               "  --aqlm-cb8  CPU: 1x16 AQLM codebooks as int8 (opt-in, lossy; see README)\n"
+               "  --aqlm-lut8 CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (opt-in, lossy; see README)\n");
     return 0;
 }
 
@@ -63,12 +64,16 @@ static double peak_rss(void) {
 int kvq_bench_model(int argc, char **argv) {
     const char *dir = NULL, *synth = NULL, *scheme = "2x8", *synth_root = NULL, *backend = NULL, *device = NULL;
     long pp = -1, tg = -1, threads = 0, reps = -1;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0;
+    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
         if (!strcmp(a, "--aqlm-cb8")) {
             cb8 = 1;
+            continue;
+        }
+        if (!strcmp(a, "--aqlm-lut8")) {
+            lut8 = 1;
             continue;
         }
         if (!v) return kvq_tool_die(P, "unknown option or missing value: %s (see --help)", a);
@@ -107,6 +112,7 @@ int kvq_bench_model(int argc, char **argv) {
     mp.backend = backend;
     mp.device = device;
     mp.aqlm_cb8 = cb8;
+    mp.aqlm_lut8 = lut8;
     kvq_model *m;
     double t_load = kvq_tool_now(), cpu_load = cpu_seconds();
     if (kvq_model_load(dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());

@@ -17,7 +17,7 @@ typedef struct {
     long n_predict; /* -1: until end of turn or context; -2: not given */
     long n_ctx, n_batch, threads, keep, seed;
     kvq_sampler_params sp;
-    int type_k, type_v, kv_rotate, print_ids, verbose_prompt, no_display_prompt, chat, ignore_eos, aqlm_cb8;
+    int type_k, type_v, kv_rotate, print_ids, verbose_prompt, no_display_prompt, chat, ignore_eos, aqlm_cb8, aqlm_lut8;
 } chat_opts;
 
 /* Set by SIGINT (Ctrl-C); generation and prompt evaluation poll it. */

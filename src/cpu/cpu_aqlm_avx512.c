@@ -457,3 +457,151 @@ __attribute__((target("avx512vbmi,avx512vnni"))) void kvq_aqlm_lutq_gemm_vbmi(co
         }
     }
 }
+
+/* ---- VBMI with int8 tables (opt-in, kvq_weight_desc.lut8) ----
+ * One byte per entry, q = round(T * 127 / max|T|) (per chunk of steps in
+ * decode, per token in prompts), stored biased as q + 128 so that rows add up
+ * as unsigned words: half the byte permutes of the int16 tables and no
+ * widening multiplies (a mask or a shift splits 64 rows into even and odd).
+ * 1.46x the lookup rate of int16 tables with the codes in cache (Zen 5, one
+ * thread, 4096x4096); decode streaming from DRAM gains nothing there, prompts
+ * (lookup-bound) do. Lossy: |error of an output| <= scale_o * S * max|T| / 254
+ * for S steps (rel L2 ~5e-3 on random data; tests/test_matmul.c holds it to
+ * KVQ_LUT_I8_REL_L2). Unsigned words hold 256 lookups: sums are carried into
+ * int32 (or f32) every KVQ_LUT8_STEPS steps. */
+#define KVQ_LUT8_STEPS 128
+
+__attribute__((target("avx512vbmi"))) void kvq_aqlm_lut8_pack_vbmi(const kvq_cpu_weight *w, const float *lut,
+                                                                     float inv_scale, void *qlut, size_t pair_stride,
+                                                                     int g0, int g1) {
+    __m512 inv = _mm512_set1_ps(inv_scale);
+    const __m128i bias = _mm_set1_epi8((char)0x80);
+    for (size_t s = 0; s < (size_t)(g1 - g0) * w->M; s++) {
+        const float *src = lut + s * 256;
+        uint8_t *dst = (uint8_t *)qlut + s / 2 * pair_stride + (s & 1) * 256;
+        for (int c = 0; c < 256; c += 16) {
+            /* |q| <= 127 by the choice of inv_scale; vpmovsdb saturates anything else (NaN) */
+            __m128i q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(src + c), inv)));
+            _mm_store_si128((__m128i *)(dst + c), _mm_xor_si128(q, bias));
+        }
+    }
+}
+
+/* Tables of steps s, s+1 (256 bytes each; a table of biased zeros past the last step). */
+static inline __attribute__((always_inline)) void load_pair8(__m512i t[8], const uint8_t *q, int has_b) {
+    const __m512i *ta = (const __m512i *)q;
+    for (int i = 0; i < 4; i++) t[i] = _mm512_load_si512(ta + i);
+    for (int i = 0; i < 4; i++) t[4 + i] = has_b ? _mm512_load_si512(ta + 4 + i) : _mm512_set1_epi8((char)0x80);
+}
+
+/* 64 rows of word sums at a (32 even rows, then 32 odd rows) += table_A[ca] + table_B[cb]. */
+static inline __attribute__((always_inline, target("avx512vbmi"))) void lookup_pair8(const __m512i t[8],
+                                                                                      const uint8_t *ca,
+                                                                                      const uint8_t *cb, uint16_t *a) {
+    const __m512i m = _mm512_set1_epi16(0x00ff);
+    __m512i ia = _mm512_load_si512(ca), ib = _mm512_load_si512(cb);
+    __mmask64 ma = _mm512_movepi8_mask(ia), mb = _mm512_movepi8_mask(ib);
+    __m512i A = KVQ_PLANE_LOOKUP(t, ia, ma), B = KVQ_PLANE_LOOKUP(t + 4, ib, mb);
+    __m512i *v = (__m512i *)a;
+    v[0] = _mm512_add_epi16(v[0], _mm512_add_epi16(_mm512_and_si512(A, m), _mm512_and_si512(B, m)));
+    v[1] = _mm512_add_epi16(v[1], _mm512_add_epi16(_mm512_srli_epi16(A, 8), _mm512_srli_epi16(B, 8)));
+}
+
+/* 64 rows of word sums (even rows, then odd rows) less the bias of `steps`
+ * lookups, as int32 in row order. */
+static inline __attribute__((always_inline)) void sums8_rows(const uint16_t *a, int steps, __m512i r[4]) {
+    const __m512i i0 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), i1 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    __m512i e = _mm512_load_si512(a), o = _mm512_load_si512(a + 32), bias = _mm512_set1_epi32(128 * steps);
+    /* per 128-bit lane l: lo holds rows 16l..16l+7, hi rows 16l+8..16l+15 */
+    __m512i lo = _mm512_unpacklo_epi16(e, o), hi = _mm512_unpackhi_epi16(e, o);
+    __m512i h[2] = {_mm512_permutex2var_epi64(lo, i0, hi), _mm512_permutex2var_epi64(lo, i1, hi)};
+    for (int k = 0; k < 4; k++) {
+        __m256i x = k & 1 ? _mm512_extracti64x4_epi64(h[k / 2], 1) : _mm512_castsi512_si256(h[k / 2]);
+        r[k] = _mm512_sub_epi32(_mm512_cvtepu16_epi32(x), bias);
+    }
+}
+
+/* Steps [s0, s1) for rows [r0, r1), as kvq_aqlm_lutq_gemv_vbmi with int8 tables. */
+__attribute__((target("avx512vbmi"))) void kvq_aqlm_lut8_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut, int s0,
+                                                                     int s1, float scale, void *acc, float *out, int r0,
+                                                                     int r1) {
+    size_t n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad;
+    const uint8_t *codes = (const uint8_t *)w->codes + r0;
+    uint16_t *a16 = (uint16_t *)acc;
+    for (size_t i = 0; i < n; i += 32) _mm512_store_si512(a16 + i, _mm512_setzero_si512());
+    for (int s = s0; s < s1; s += 2) {
+        int has_b = s + 1 < s1;
+        __m512i t[8];
+        load_pair8(t, (const uint8_t *)qlut + (size_t)(s - s0) * 256, has_b);
+        const uint8_t *ca = codes + (size_t)s * pad, *cb = has_b ? ca + pad : ca;
+        int pf = s + 3 + KVQ_LUT_PREFETCH < s1;
+        for (size_t i = 0; i < n; i += 64) {
+            if (pf) {
+                _mm_prefetch((const char *)(ca + (2 + KVQ_LUT_PREFETCH) * pad + i), _MM_HINT_T1);
+                _mm_prefetch((const char *)(cb + (2 + KVQ_LUT_PREFETCH) * pad + i), _MM_HINT_T1);
+            }
+            lookup_pair8(t, ca + i, cb + i, a16 + i);
+        }
+    }
+    __m512 sc = _mm512_set1_ps(scale);
+    for (size_t i = 0; i < n; i += 64) {
+        __m512i r[4];
+        sums8_rows(a16 + i, (s1 - s0 + 1) & ~1, r);
+        for (int k = 0; k < 4; k++) {
+            __m512 *dst = (__m512 *)(out + i + 16 * k);
+            *dst = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(r[k]), *dst);
+        }
+    }
+}
+
+/* lutq_gemm with int8 tables: the same blocking, plus word sums per
+ * KVQ_LUT8_STEPS steps carried into the int32 ones. */
+#define KVQ_LUT8_BLOCK 2048
+__attribute__((target("avx512vbmi"))) void kvq_aqlm_lut8_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts,
+                                                                     size_t pair_stride, const float *scales, int nt,
+                                                                     float *y, size_t ldy, int r0, int r1) {
+    size_t S = (size_t)w->G * w->M, pad = (size_t)w->rows_pad;
+    _Alignas(64) int32_t acc[KVQ_LUTQ_MAX_T * KVQ_LUT8_BLOCK];
+    _Alignas(64) uint16_t a16[KVQ_LUTQ_MAX_T * KVQ_LUT8_BLOCK];
+    for (int b0 = r0; b0 < r1; b0 += KVQ_LUT8_BLOCK) {
+        size_t nb = (size_t)(r1 - b0 < KVQ_LUT8_BLOCK ? r1 - b0 : KVQ_LUT8_BLOCK);
+        const uint8_t *codes = (const uint8_t *)w->codes + b0;
+        memset(acc, 0, sizeof(int32_t) * KVQ_LUT8_BLOCK * (size_t)nt);
+        for (size_t sc = 0; sc < S; sc += KVQ_LUT8_STEPS) {
+            size_t se = sc + KVQ_LUT8_STEPS < S ? sc + KVQ_LUT8_STEPS : S;
+            memset(a16, 0, sizeof(uint16_t) * KVQ_LUT8_BLOCK * (size_t)nt);
+            for (size_t s = sc; s < se; s += 2) {
+                int has_b = s + 1 < se;
+                const uint8_t *ca = codes + s * pad, *cb = has_b ? ca + pad : ca;
+                if (s + 6 < S)
+                    for (size_t i = 0; i < nb; i += 64) {
+                        _mm_prefetch((const char *)(ca + 4 * pad + i), _MM_HINT_T0);
+                        _mm_prefetch((const char *)(ca + 5 * pad + i), _MM_HINT_T0);
+                    }
+                for (int t = 0; t < nt; t++) {
+                    __m512i tb[8];
+                    load_pair8(tb, (const uint8_t *)qluts + s / 2 * pair_stride + (size_t)t * 512, has_b);
+                    uint16_t *a = a16 + (size_t)t * KVQ_LUT8_BLOCK;
+                    for (size_t i = 0; i < nb; i += 64) lookup_pair8(tb, ca + i, cb + i, a + i);
+                }
+            }
+            for (int t = 0; t < nt; t++)
+                for (size_t i = 0; i < nb; i += 64) {
+                    __m512i r[4], *dst = (__m512i *)(acc + (size_t)t * KVQ_LUT8_BLOCK + i);
+                    sums8_rows(a16 + (size_t)t * KVQ_LUT8_BLOCK + i, (int)((se - sc + 1) & ~(size_t)1), r);
+                    for (int k = 0; k < 4; k++) dst[k] = _mm512_add_epi32(dst[k], r[k]);
+                }
+        }
+        int end = b0 + (int)nb < w->rows ? b0 + (int)nb : w->rows;
+        for (int t = 0; t < nt; t++) {
+            __m512 sc = _mm512_set1_ps(scales[t]);
+            const int32_t *at = acc + (size_t)t * KVQ_LUT8_BLOCK;
+            float *yt = y + (size_t)t * ldy;
+            for (int o = b0; o < end; o += 16) {
+                __mmask16 m = end - o >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (end - o)) - 1u);
+                __m512 v = _mm512_mul_ps(sc, _mm512_cvtepi32_ps(_mm512_load_si512(at + (o - b0))));
+                _mm512_mask_storeu_ps(yt + o, m, _mm512_mul_ps(_mm512_load_ps(w->scales + o), v));
+            }
+        }
+    }
+}

@@ -11,7 +11,8 @@
 
 struct kvq_bctx {
     int n_threads;
-    int aqlm_cb8; /* kvq_backend_opts.aqlm_cb8, passed to every weight */
+    int aqlm_cb8;  /* kvq_backend_opts.aqlm_cb8, passed to every weight */
+    int aqlm_lut8; /* kvq_backend_opts.aqlm_lut8, likewise */
     kvq_status err; /* first failure of an op since the last buf_read (ops cannot fail individually) */
     char desc[96];
 };
@@ -37,8 +38,9 @@ static kvq_status cpu_init(const kvq_backend_opts *o, kvq_bctx **out) {
     if (!b) return kvq_fail(KVQ_ERR_NOMEM, "cpu backend: out of memory");
     b->n_threads = o && o->n_threads > 0 ? o->n_threads : omp_get_num_procs();
     b->aqlm_cb8 = o && o->aqlm_cb8;
-    snprintf(b->desc, sizeof b->desc, "cpu: %d threads, %s%s", b->n_threads, kvq_isa_name(kvq_cpu_isa()),
-             b->aqlm_cb8 ? ", int8 AQLM codebooks" : "");
+    b->aqlm_lut8 = o && o->aqlm_lut8;
+    snprintf(b->desc, sizeof b->desc, "cpu: %d threads, %s%s%s", b->n_threads, kvq_isa_name(kvq_cpu_isa()),
+             b->aqlm_cb8 ? ", int8 AQLM codebooks" : "", b->aqlm_lut8 ? ", int8 AQLM tables" : "");
     *out = b;
     return KVQ_OK;
 }
@@ -87,6 +89,7 @@ static kvq_wt *cpu_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
     }
     kvq_weight_desc dd = *d;
     dd.cb8 = b->aqlm_cb8;
+    dd.lut8 = b->aqlm_lut8;
     w->w = kvq_cpu_weight_new(&dd);
     if (w->w && d->rows == 1) {
         w->vec = kvq_alloc_aligned((size_t)d->cols * sizeof(float));

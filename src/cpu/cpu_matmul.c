@@ -65,7 +65,7 @@
 
 static const kvq_mm_kernels k_scalar = {
     kvq_dense_gemv_scalar,      kvq_dense_rows_scalar,       kvq_gemm_scalar,      kvq_aqlm_lut_build_scalar,
-    kvq_aqlm_lut_gemv_scalar,   kvq_aqlm_gather_gemv_scalar, kvq_aqlm_rows_scalar, NULL, NULL, NULL, NULL,
+    kvq_aqlm_lut_gemv_scalar,   kvq_aqlm_gather_gemv_scalar, kvq_aqlm_rows_scalar, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 };
 #if defined(__aarch64__)
 /* Tables are built in f32 and looked up as int16 (tbl/tbx); no batched lookup
@@ -73,35 +73,37 @@ static const kvq_mm_kernels k_scalar = {
 static const kvq_mm_kernels k_neon = {
     kvq_dense_gemv_neon,      kvq_dense_rows_scalar,      kvq_gemm_neon,           kvq_aqlm_lut_build_scalar,
     kvq_aqlm_lut_gemv_scalar, kvq_aqlm_gather_gemv_neon,  kvq_aqlm_rows_scalar,    kvq_aqlm_lutq_build_neon,
-    kvq_aqlm_lutq_pack_neon,  kvq_aqlm_lutq_gemv_neon,    NULL,
+    kvq_aqlm_lutq_pack_neon,  kvq_aqlm_lutq_gemv_neon,    NULL,                    NULL,
+    NULL,                     NULL,
 };
 #endif
 #if defined(__x86_64__)
 static const kvq_mm_kernels k_avx2 = {
     kvq_dense_gemv_avx2,    kvq_dense_rows_avx2,       kvq_gemm_avx2,       kvq_aqlm_lut_build_avx2,
-    kvq_aqlm_lut_gemv_avx2, kvq_aqlm_gather_gemv_avx2, kvq_aqlm_rows_avx2, NULL, NULL, NULL, NULL,
+    kvq_aqlm_lut_gemv_avx2, kvq_aqlm_gather_gemv_avx2, kvq_aqlm_rows_avx2, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 };
 /* ... with plain loads for the lookups (AMD). */
 static const kvq_mm_kernels k_avx2_loads = {
     kvq_dense_gemv_avx2,    kvq_dense_rows_avx2,       kvq_gemm_avx2,       kvq_aqlm_lut_build_avx2,
-    kvq_aqlm_lut_gemv_rows, kvq_aqlm_gather_gemv_avx2, kvq_aqlm_rows_avx2, NULL, NULL, NULL, NULL,
+    kvq_aqlm_lut_gemv_rows, kvq_aqlm_gather_gemv_avx2, kvq_aqlm_rows_avx2, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 };
 /* Widening/dequantizing tiles is not the bottleneck, so AVX-512 reuses the AVX2 ones. */
 static const kvq_mm_kernels k_avx512 = {
     kvq_dense_gemv_avx512,    kvq_dense_rows_avx2,         kvq_gemm_avx512,    kvq_aqlm_lut_build_avx512,
-    kvq_aqlm_lut_gemv_avx512, kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2, NULL, NULL, NULL, NULL,
+    kvq_aqlm_lut_gemv_avx512, kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 };
 
 /* AVX-512 with byte permutes: only the LUT pair differs. */
 static const kvq_mm_kernels k_avx512_vbmi = {
     kvq_dense_gemv_avx512,  kvq_dense_rows_avx2,         kvq_gemm_avx512,    kvq_aqlm_lut_build_vbmi,
-    kvq_aqlm_lut_gemv_vbmi, kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2, NULL, NULL, NULL, NULL,
+    kvq_aqlm_lut_gemv_vbmi, kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 };
 /* ... and with int16 tables (prompts batched when a row has up to 65536 steps, else token by token). */
 static const kvq_mm_kernels k_avx512_vbmi16 = {
     kvq_dense_gemv_avx512,      kvq_dense_rows_avx2,         kvq_gemm_avx512,         kvq_aqlm_lut_build_vbmi,
     kvq_aqlm_lut_gemv_vbmi,     kvq_aqlm_gather_gemv_avx512, kvq_aqlm_rows_avx2,      kvq_aqlm_lutq_build_avx512,
-    kvq_aqlm_lutq_pack_vbmi,    kvq_aqlm_lutq_gemv_vbmi,     kvq_aqlm_lutq_gemm_vbmi,
+    kvq_aqlm_lutq_pack_vbmi,    kvq_aqlm_lutq_gemv_vbmi,     kvq_aqlm_lutq_gemm_vbmi,     kvq_aqlm_lut8_pack_vbmi,
+    kvq_aqlm_lut8_gemv_vbmi,    kvq_aqlm_lut8_gemm_vbmi,
 };
 #endif
 
@@ -500,7 +502,7 @@ static size_t lutq_thread_floats(const kvq_cpu_weight *w) {
  * larger than with one scale per token. */
 static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
                         float *scratch_all, float *parts) {
-    int rows16 = (w->rows + 15) / 16, chunk = lutq_decode_chunk(w), next = 0;
+    int rows16 = (w->rows + 15) / 16, chunk = lutq_decode_chunk(w), next = 0, i8 = w->lut8 && k->lut8_gemv;
     size_t pad = (size_t)w->rows_pad, per = lutq_thread_floats(w);
     if (nt > KVQ_MAX_LUT_THREADS) nt = KVQ_MAX_LUT_THREADS;
 #pragma omp parallel num_threads(nt)
@@ -517,8 +519,13 @@ static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const 
             for (int ga, gb; (ga = take_groups(&next, w, chunk, T, &gb)) < w->G;) {
                 float mx = k->lutq_build(w, xt, own, ga, gb);
                 /* mx = 0: all tables zero, any scale works; non-finite mx makes the outputs non-finite too */
-                k->lutq_pack(w, own, mx > 0.0f ? 32767.0f / mx : 0.0f, q, 1024, ga, gb);
-                k->lutq_gemv(w, q, ga * w->M, gb * w->M, mx / 32767.0f, acc, mine, 0, w->rows_pad);
+                if (i8) {
+                    k->lut8_pack(w, own, mx > 0.0f ? 127.0f / mx : 0.0f, q, 512, ga, gb);
+                    k->lut8_gemv(w, q, ga * w->M, gb * w->M, mx / 127.0f, acc, mine, 0, w->rows_pad);
+                } else {
+                    k->lutq_pack(w, own, mx > 0.0f ? 32767.0f / mx : 0.0f, q, 1024, ga, gb);
+                    k->lutq_gemv(w, q, ga * w->M, gb * w->M, mx / 32767.0f, acc, mine, 0, w->rows_pad);
+                }
             }
 #pragma omp barrier
             if (t == 0) next = 0; /* nobody takes chunks again before the next barrier */
@@ -549,6 +556,10 @@ static void matmul_lutq_batch(const kvq_mm_kernels *k, const kvq_cpu_weight *w, 
     size_t lut_n = (size_t)w->G * w->M * 256;
     int units = w->rows_pad / KVQ_AQLM_RB, tm = lutq_chunk(w);
     float maxes[KVQ_LUTQ_THREADS][KVQ_LUTQ_MAX_T];
+    /* int8 tables (lut8): 512 bytes per step pair and token, else 1024 */
+    int i8 = w->lut8 && k->lut8_gemm;
+    size_t pb = i8 ? 512 : 1024;
+    float qmax = i8 ? 127.0f : 32767.0f;
     if (nt > KVQ_LUTQ_THREADS) nt = KVQ_LUTQ_THREADS;
 #pragma omp parallel num_threads(nt)
     {
@@ -569,14 +580,16 @@ static void matmul_lutq_batch(const kvq_mm_kernels *k, const kvq_cpu_weight *w, 
             for (int i = 0; i < cn; i++) {
                 float mx = 0.0f;
                 for (int j = 0; j < T; j++) mx = maxes[j][i] > mx || maxes[j][i] != maxes[j][i] ? maxes[j][i] : mx;
-                scales[i] = mx / 32767.0f;
-                if (g1 > g0)
-                    k->lutq_pack(w, lut + (size_t)i * lut_n + s0 * 256, mx > 0.0f ? 32767.0f / mx : 0.0f,
-                                 (char *)qluts + s0 / 2 * cn * 1024 + (size_t)i * 1024, (size_t)cn * 1024, g0, g1);
+                scales[i] = mx / qmax;
+                const float *li = lut + (size_t)i * lut_n + s0 * 256;
+                char *qi = (char *)qluts + s0 / 2 * cn * pb + (size_t)i * pb;
+                if (g1 > g0 && i8) k->lut8_pack(w, li, mx > 0.0f ? qmax / mx : 0.0f, qi, (size_t)cn * pb, g0, g1);
+                else if (g1 > g0) k->lutq_pack(w, li, mx > 0.0f ? qmax / mx : 0.0f, qi, (size_t)cn * pb, g0, g1);
             }
 #pragma omp barrier
             float *yc = y + (size_t)c0 * w->rows;
-            if (r1 > r0) k->lutq_gemm(w, qluts, (size_t)cn * 1024, scales, cn, yc, (size_t)w->rows, r0, r1);
+            if (r1 > r0 && i8) k->lut8_gemm(w, qluts, (size_t)cn * pb, scales, cn, yc, (size_t)w->rows, r0, r1);
+            else if (r1 > r0) k->lutq_gemm(w, qluts, (size_t)cn * pb, scales, cn, yc, (size_t)w->rows, r0, r1);
             for (int i = 0; i < cn; i++) add_bias(w, yc + (size_t)i * w->rows, r0, y1);
 #pragma omp barrier
         }

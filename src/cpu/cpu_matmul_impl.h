@@ -68,6 +68,7 @@ struct kvq_cpu_weight {
      * the gathers are bound by the codebook's size in cache. */
     int8_t *cb8;
     float cb8_scale;
+    int lut8;       /* LUT with kvq_weight_desc.lut8: int8 tables where the kernels have them (lut8_*) */
     float *scales;  /* f32 [rows_pad], zero past rows */
 };
 
@@ -113,6 +114,18 @@ typedef struct {
      * its outputs at y + t*ldy. */
     void (*lutq_gemm)(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
                       float *y, size_t ldy, int r0, int r1);
+    /* Optional int8 tables for weights with lut8 (NULL: int16). lut8_pack: the
+     * f32 tables of groups [g0, g1) (from lutq_build) as q + 128 bytes, q =
+     * round(T * inv_scale), 256 bytes per step, steps s0+2i, s0+2i+1 adjacent
+     * at qlut + i * pair_stride (512 for one token); lut8_gemv / lut8_gemm:
+     * lutq_gemv / lutq_gemm on them (lut8_gemv: at most 256 steps, its sums
+     * in 2*(r1 - r0) bytes of acc). */
+    void (*lut8_pack)(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
+                      int g0, int g1);
+    void (*lut8_gemv)(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, void *acc, float *out,
+                      int r0, int r1);
+    void (*lut8_gemm)(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
+                      float *y, size_t ldy, int r0, int r1);
 } kvq_mm_kernels;
 
 /* Most tokens one lutq_gemm call takes (its int32 sums live on the stack). */
@@ -123,6 +136,8 @@ typedef struct {
 #define KVQ_LUT_I16_REL_L2 2e-4
 /* ... and of int8 codebooks (kvq_weight_desc.cb8; random codebooks: ~5e-3). */
 #define KVQ_CB8_REL_L2 2e-2
+/* ... and of int8 tables (kvq_weight_desc.lut8); see cpu_aqlm_avx512.c. */
+#define KVQ_LUT_I8_REL_L2 2e-2
 
 /* Code of (row o, group g, codebook m) in the uploaded layout. */
 static inline uint32_t kvq_cw_code(const kvq_cpu_weight *w, size_t o, size_t g, size_t m) {
@@ -207,6 +222,12 @@ void kvq_amx_block(const uint16_t *xh, const uint16_t *xl, int n, int kp, const 
 float kvq_aqlm_lutq_build_avx512(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
 void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
                              int g0, int g1);
+void kvq_aqlm_lut8_pack_vbmi(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
+                             int g0, int g1);
+void kvq_aqlm_lut8_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, void *acc,
+                             float *out, int r0, int r1);
+void kvq_aqlm_lut8_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
+                             float *y, size_t ldy, int r0, int r1);
 void kvq_aqlm_lutq_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, int32_t *acc,
                              float *out, int r0, int r1);
 void kvq_aqlm_lutq_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
