@@ -116,6 +116,11 @@ chat_input *chat_input_open(int tty, int color) {
     }
     el_set(in->el, EL_CLIENTDATA, in);
     el_set(in->el, EL_EDITOR, "emacs");
+    /* ... and libedit's own cooked mode may bring VEOF back: a Ctrl-D typed while the prompt is
+     * being drawn (in that mode) became the kernel's end-of-file mark, read after the switch to
+     * raw mode as a NUL byte, and kvq-chat waited on (strace of a hung test under load). Without
+     * ICANON between reads a Ctrl-D is always a plain byte. */
+    el_set(in->el, EL_SETTY, "-x", "-icanon", NULL);
     el_set(in->el, EL_PROMPT_ESC, prompt_fn, '\1');
     el_set(in->el, EL_HIST, history, in->hist);
     el_set(in->el, EL_SIGNAL, 1);
