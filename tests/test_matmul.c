@@ -86,11 +86,23 @@ static const char *path_name(const path *p) {
 /* Tolerance of a path against the f32 reference: int16 LUTs (8-bit AQLM
  * codes; up to 39 tokens with AMX, any number without) and AMX tiles (16
  * tokens or more) have their stated bounds, everything else f32 rounding. */
+static int quantized_tables(const path *p, const kvq_weight_desc *d, int n) {
+    return p->vbmi == 2 && d->fmt == KVQ_W_AQLM && d->nbits == 8 && (n < 40 || !p->amx);
+}
 static double path_tol(const path *p, const kvq_weight_desc *d, int n) {
-    int lut8 = d->fmt == KVQ_W_AQLM && d->nbits == 8;
-    if (p->vbmi == 2 && lut8 && (n < 40 || !p->amx)) return KVQ_LUT_I16_REL_L2;
+    if (quantized_tables(p, d, n)) return KVQ_LUT_I16_REL_L2;
     if (p->amx && n >= 16) return KVQ_AMX_REL_L2;
     return 1e-5;
+}
+
+/* kvq_cpu_matmul of w on the current path with nt threads, y filled with NaN
+ * first (catches rows never written); returns the weight for more checks. */
+static kvq_cpu_weight *path_matmul(const kvq_weight_desc *d, const float *x, float *y, int n, int nt, const char *what) {
+    kvq_cpu_weight *cw = kvq_cpu_weight_new(d);
+    if (!cw) fail_msg("%s: weight_new failed: %s", what, kvq_last_error());
+    memset(y, 0xff, sizeof(float) * (size_t)n * d->rows);
+    kvq_cpu_matmul(cw, x, y, n, nt);
+    return cw;
 }
 
 /* ---- hand-worked example: 2 rows x 16 cols, M=2, 8-bit codes, in_group 8 ---- */
@@ -264,14 +276,11 @@ static void check_weight(const wdesc *w, const int *ns, int n_ns, const char *wh
         kvq_ref_matmul(&w->d, x, yr, n);
         path pa;
         for (int pi = 0; path_get(pi, &pa); pi++) {
-            kvq_cpu_weight *cw = kvq_cpu_weight_new(&w->d);
-            if (!cw) fail_msg("%s: weight_new failed: %s", what, kvq_last_error());
+            int nt = 1 + (i + pi) % 3; /* 1..3 threads: uneven splits too */
+            kvq_cpu_weight *cw = path_matmul(&w->d, x, y, n, nt, what);
             assert_int_equal(kvq_cpu_weight_rows(cw), rows);
             assert_int_equal(kvq_cpu_weight_cols(cw), cols);
             assert_true(kvq_cpu_weight_bytes(cw) > 0);
-            int nt = 1 + (i + pi) % 3; /* 1..3 threads: uneven splits too */
-            memset(y, 0xff, sizeof(float) * (size_t)n * rows); /* NaN: catches rows never written */
-            kvq_cpu_matmul(cw, x, y, n, nt);
             double e = tu_rel_l2(y, yr, (size_t)n * rows), tol = path_tol(&pa, &w->d, n);
             if (!(e <= tol))
                 fail_msg("%s n=%d path=%s threads=%d: rel L2 %.3g > %.1g", what, n, path_name(&pa), nt, e, tol);
@@ -370,10 +379,8 @@ static void check_cb8(wdesc *w, const char *what) {
         kvq_ref_matmul(&w->d, x, yr, n);
         path pa;
         for (int pi = 0; path_get(pi, &pa); pi++) {
-            kvq_cpu_weight *cw = kvq_cpu_weight_new(&w->d);
-            if (!cw) fail_msg("%s: weight_new failed: %s", what, kvq_last_error());
             int nt = 1 + (i + pi) % 3;
-            kvq_cpu_matmul(cw, x, y, n, nt);
+            kvq_cpu_weight *cw = path_matmul(&w->d, x, y, n, nt, what);
             double e_ref = tu_rel_l2(y, yr, (size_t)n * rows);
             if (w->d.n_codebooks > 1) {
                 if (!(e_ref <= 1e-5)) fail_msg("%s n=%d path=%s: cb8 with M > 1 moved the result (%.3g)", what, n, path_name(&pa), e_ref);
@@ -455,13 +462,10 @@ static void check_lut8(wdesc *w, const char *what) {
         kvq_ref_matmul(&w->d, x, yr, n);
         path pa;
         for (int pi = 0; path_get(pi, &pa); pi++) {
-            kvq_cpu_weight *cw = kvq_cpu_weight_new(&w->d);
-            if (!cw) fail_msg("%s: weight_new failed: %s", what, kvq_last_error());
             int nt = 1 + (i + pi) % 3;
-            memset(y, 0xff, sizeof(float) * (size_t)n * rows);
-            kvq_cpu_matmul(cw, x, y, n, nt);
+            kvq_cpu_weight *cw = path_matmul(&w->d, x, y, n, nt, what);
             double e = tu_rel_l2(y, yr, (size_t)n * rows);
-            if (pa.vbmi == 2 && (n < 40 || !pa.amx)) {
+            if (quantized_tables(&pa, &w->d, n)) {
                 used++;
                 if (!(e <= KVQ_LUT_I8_REL_L2 && e > KVQ_LUT_I16_REL_L2))
                     fail_msg("%s n=%d path=%s threads=%d: rel L2 %.3g, not in (%.0e, %.0e]", what, n, path_name(&pa), nt,

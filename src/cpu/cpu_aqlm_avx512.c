@@ -414,6 +414,23 @@ __attribute__((target("avx512vbmi,avx512vnni"))) void kvq_aqlm_lutq_gemv_vbmi(co
     acc_to_f32(acc, scale, out, n, 1);
 }
 
+/* The prompt kernels' prefetch: codes of the step pair after next, nb rows from ca, into L1. */
+static inline __attribute__((always_inline)) void prefetch_pair_ahead(const uint8_t *ca, size_t pad, size_t nb) {
+    for (size_t i = 0; i < nb; i += 64) {
+        _mm_prefetch((const char *)(ca + 4 * pad + i), _MM_HINT_T0);
+        _mm_prefetch((const char *)(ca + 5 * pad + i), _MM_HINT_T0);
+    }
+}
+
+/* yt[o] = scales[o] * v[o - b0] for rows [b0, end): a prompt kernel's block of outputs. */
+static inline __attribute__((always_inline)) void store_block(const kvq_cpu_weight *w, const float *v, float *yt, int b0,
+                                                              int end) {
+    for (int o = b0; o < end; o += 16) {
+        __mmask16 m = end - o >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (end - o)) - 1u);
+        _mm512_mask_storeu_ps(yt + o, m, _mm512_mul_ps(_mm512_load_ps(w->scales + o), _mm512_load_ps(v + (o - b0))));
+    }
+}
+
 /* Many tokens per pass over the codes (prompts): rows in blocks of
  * KVQ_LUTQ_BLOCK, within a block every step pair is looked up for all nt
  * tokens while its codes sit in L1, so the codes are read once per call and
@@ -434,11 +451,7 @@ __attribute__((target("avx512vbmi,avx512vnni"))) void kvq_aqlm_lutq_gemm_vbmi(co
         for (size_t s = 0; s < S; s += 2) {
             int has_b = s + 1 < S;
             const uint8_t *ca = codes + s * pad, *cb = has_b ? ca + pad : ca;
-            if (s + 6 < S)
-                for (size_t i = 0; i < nb; i += 64) {
-                    _mm_prefetch((const char *)(ca + 4 * pad + i), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(ca + 5 * pad + i), _MM_HINT_T0);
-                }
+            if (s + 6 < S) prefetch_pair_ahead(ca, pad, nb);
             for (int t = 0; t < nt; t++) {
                 __m512i tb[16];
                 load_pair(tb, (const uint8_t *)qluts + s / 2 * pair_stride + (size_t)t * 1024, has_b);
@@ -446,14 +459,10 @@ __attribute__((target("avx512vbmi,avx512vnni"))) void kvq_aqlm_lutq_gemm_vbmi(co
                 for (size_t i = 0; i < nb; i += 64) lookup_pair(tb, ca + i, cb + i, a + i);
             }
         }
+        int end = b0 + (int)nb < w->rows ? b0 + (int)nb : w->rows;
         for (int t = 0; t < nt; t++) {
             acc_to_f32(acc + (size_t)t * KVQ_LUTQ_BLOCK, scales[t], out, nb, 0);
-            float *yt = y + (size_t)t * ldy;
-            int end = b0 + (int)nb < w->rows ? b0 + (int)nb : w->rows;
-            for (int o = b0; o < end; o += 16) {
-                __mmask16 m = end - o >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (end - o)) - 1u);
-                _mm512_mask_storeu_ps(yt + o, m, _mm512_mul_ps(_mm512_load_ps(w->scales + o), _mm512_load_ps(out + (o - b0))));
-            }
+            store_block(w, out, y + (size_t)t * ldy, b0, end);
         }
     }
 }
@@ -523,7 +532,7 @@ static inline __attribute__((always_inline)) void sums8_rows(const uint16_t *a, 
 
 /* Steps [s0, s1) for rows [r0, r1), as kvq_aqlm_lutq_gemv_vbmi with int8 tables. */
 __attribute__((target("avx512vbmi"))) void kvq_aqlm_lut8_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut, int s0,
-                                                                     int s1, float scale, void *acc, float *out, int r0,
+                                                                     int s1, float scale, int32_t *acc, float *out, int r0,
                                                                      int r1) {
     size_t n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad;
     const uint8_t *codes = (const uint8_t *)w->codes + r0;
@@ -563,6 +572,7 @@ __attribute__((target("avx512vbmi"))) void kvq_aqlm_lut8_gemm_vbmi(const kvq_cpu
     size_t S = (size_t)w->G * w->M, pad = (size_t)w->rows_pad;
     _Alignas(64) int32_t acc[KVQ_LUTQ_MAX_T * KVQ_LUT8_BLOCK];
     _Alignas(64) uint16_t a16[KVQ_LUTQ_MAX_T * KVQ_LUT8_BLOCK];
+    _Alignas(64) float out[KVQ_LUT8_BLOCK];
     for (int b0 = r0; b0 < r1; b0 += KVQ_LUT8_BLOCK) {
         size_t nb = (size_t)(r1 - b0 < KVQ_LUT8_BLOCK ? r1 - b0 : KVQ_LUT8_BLOCK);
         const uint8_t *codes = (const uint8_t *)w->codes + b0;
@@ -573,11 +583,7 @@ __attribute__((target("avx512vbmi"))) void kvq_aqlm_lut8_gemm_vbmi(const kvq_cpu
             for (size_t s = sc; s < se; s += 2) {
                 int has_b = s + 1 < se;
                 const uint8_t *ca = codes + s * pad, *cb = has_b ? ca + pad : ca;
-                if (s + 6 < S)
-                    for (size_t i = 0; i < nb; i += 64) {
-                        _mm_prefetch((const char *)(ca + 4 * pad + i), _MM_HINT_T0);
-                        _mm_prefetch((const char *)(ca + 5 * pad + i), _MM_HINT_T0);
-                    }
+                if (s + 6 < S) prefetch_pair_ahead(ca, pad, nb);
                 for (int t = 0; t < nt; t++) {
                     __m512i tb[8];
                     load_pair8(tb, (const uint8_t *)qluts + s / 2 * pair_stride + (size_t)t * 512, has_b);
@@ -596,12 +602,9 @@ __attribute__((target("avx512vbmi"))) void kvq_aqlm_lut8_gemm_vbmi(const kvq_cpu
         for (int t = 0; t < nt; t++) {
             __m512 sc = _mm512_set1_ps(scales[t]);
             const int32_t *at = acc + (size_t)t * KVQ_LUT8_BLOCK;
-            float *yt = y + (size_t)t * ldy;
-            for (int o = b0; o < end; o += 16) {
-                __mmask16 m = end - o >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (end - o)) - 1u);
-                __m512 v = _mm512_mul_ps(sc, _mm512_cvtepi32_ps(_mm512_load_si512(at + (o - b0))));
-                _mm512_mask_storeu_ps(yt + o, m, _mm512_mul_ps(_mm512_load_ps(w->scales + o), v));
-            }
+            for (size_t i = 0; i < nb; i += 16)
+                _mm512_store_ps(out + i, _mm512_mul_ps(sc, _mm512_cvtepi32_ps(_mm512_load_si512(at + i))));
+            store_block(w, out, y + (size_t)t * ldy, b0, end);
         }
     }
 }

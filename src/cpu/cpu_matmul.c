@@ -223,9 +223,9 @@ static void copy_parallel(void *dst, const void *src, size_t n, int release) {
     long pieces = (long)((n + piece - 1) / piece);
 #pragma omp parallel for schedule(dynamic, 1) if (pieces > 1)
     for (long i = 0; i < pieces; i++) {
-        size_t o = (size_t)i * piece;
-        memcpy((char *)dst + o, (const char *)src + o, n - o < piece ? n - o : piece);
-        if (release) kvq_mmap_release((const char *)src + o, n - o < piece ? n - o : piece);
+        size_t o = (size_t)i * piece, len = n - o < piece ? n - o : piece;
+        memcpy((char *)dst + o, (const char *)src + o, len);
+        if (release) kvq_mmap_release((const char *)src + o, len);
     }
 }
 
@@ -489,6 +489,22 @@ static int take_groups(int *next, const kvq_cpu_weight *w, int chunk, int T, int
     return g;
 }
 
+/* Quantized tables a weight's lookups use: int8 (lut8, on kernels that have
+ * it; the three lut8_* come together) or int16. The kernel pairs share their
+ * signatures; only the range of q and the bytes per step pair differ. */
+typedef struct {
+    void (*pack)(const kvq_cpu_weight *, const float *, float, void *, size_t, int, int);
+    void (*gemv)(const kvq_cpu_weight *, const void *, int, int, float, int32_t *, float *, int, int);
+    void (*gemm)(const kvq_cpu_weight *, const void *, size_t, const float *, int, float *, size_t, int, int);
+    float qmax;        /* q = round(T * qmax / max|T|) */
+    size_t pair_bytes; /* one token's tables of a step pair */
+} qtables;
+
+static qtables qtables_for(const kvq_mm_kernels *k, const kvq_cpu_weight *w) {
+    if (w->lut8 && k->lut8_pack) return (qtables){k->lut8_pack, k->lut8_gemv, k->lut8_gemm, 127.0f, 512};
+    return (qtables){k->lutq_pack, k->lutq_gemv, k->lutq_gemm, 32767.0f, 1024};
+}
+
 /* Scratch floats per thread of matmul_lutq: f32 tables, int16 tables, int32 sums. */
 static size_t lutq_thread_floats(const kvq_cpu_weight *w) {
     return (size_t)lutq_decode_chunk(w) * w->M * (256 + 128) + (size_t)w->rows_pad;
@@ -502,7 +518,8 @@ static size_t lutq_thread_floats(const kvq_cpu_weight *w) {
  * larger than with one scale per token. */
 static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
                         float *scratch_all, float *parts) {
-    int rows16 = (w->rows + 15) / 16, chunk = lutq_decode_chunk(w), next = 0, i8 = w->lut8 && k->lut8_gemv;
+    int rows16 = (w->rows + 15) / 16, chunk = lutq_decode_chunk(w), next = 0;
+    qtables qt = qtables_for(k, w);
     size_t pad = (size_t)w->rows_pad, per = lutq_thread_floats(w);
     if (nt > KVQ_MAX_LUT_THREADS) nt = KVQ_MAX_LUT_THREADS;
 #pragma omp parallel num_threads(nt)
@@ -519,13 +536,8 @@ static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const 
             for (int ga, gb; (ga = take_groups(&next, w, chunk, T, &gb)) < w->G;) {
                 float mx = k->lutq_build(w, xt, own, ga, gb);
                 /* mx = 0: all tables zero, any scale works; non-finite mx makes the outputs non-finite too */
-                if (i8) {
-                    k->lut8_pack(w, own, mx > 0.0f ? 127.0f / mx : 0.0f, q, 512, ga, gb);
-                    k->lut8_gemv(w, q, ga * w->M, gb * w->M, mx / 127.0f, acc, mine, 0, w->rows_pad);
-                } else {
-                    k->lutq_pack(w, own, mx > 0.0f ? 32767.0f / mx : 0.0f, q, 1024, ga, gb);
-                    k->lutq_gemv(w, q, ga * w->M, gb * w->M, mx / 32767.0f, acc, mine, 0, w->rows_pad);
-                }
+                qt.pack(w, own, mx > 0.0f ? qt.qmax / mx : 0.0f, q, qt.pair_bytes, ga, gb);
+                qt.gemv(w, q, ga * w->M, gb * w->M, mx / qt.qmax, acc, mine, 0, w->rows_pad);
             }
 #pragma omp barrier
             if (t == 0) next = 0; /* nobody takes chunks again before the next barrier */
@@ -556,10 +568,8 @@ static void matmul_lutq_batch(const kvq_mm_kernels *k, const kvq_cpu_weight *w, 
     size_t lut_n = (size_t)w->G * w->M * 256;
     int units = w->rows_pad / KVQ_AQLM_RB, tm = lutq_chunk(w);
     float maxes[KVQ_LUTQ_THREADS][KVQ_LUTQ_MAX_T];
-    /* int8 tables (lut8): 512 bytes per step pair and token, else 1024 */
-    int i8 = w->lut8 && k->lut8_gemm;
-    size_t pb = i8 ? 512 : 1024;
-    float qmax = i8 ? 127.0f : 32767.0f;
+    qtables qt = qtables_for(k, w);
+    size_t pb = qt.pair_bytes;
     if (nt > KVQ_LUTQ_THREADS) nt = KVQ_LUTQ_THREADS;
 #pragma omp parallel num_threads(nt)
     {
@@ -580,16 +590,14 @@ static void matmul_lutq_batch(const kvq_mm_kernels *k, const kvq_cpu_weight *w, 
             for (int i = 0; i < cn; i++) {
                 float mx = 0.0f;
                 for (int j = 0; j < T; j++) mx = maxes[j][i] > mx || maxes[j][i] != maxes[j][i] ? maxes[j][i] : mx;
-                scales[i] = mx / qmax;
+                scales[i] = mx / qt.qmax;
                 const float *li = lut + (size_t)i * lut_n + s0 * 256;
                 char *qi = (char *)qluts + s0 / 2 * cn * pb + (size_t)i * pb;
-                if (g1 > g0 && i8) k->lut8_pack(w, li, mx > 0.0f ? qmax / mx : 0.0f, qi, (size_t)cn * pb, g0, g1);
-                else if (g1 > g0) k->lutq_pack(w, li, mx > 0.0f ? qmax / mx : 0.0f, qi, (size_t)cn * pb, g0, g1);
+                if (g1 > g0) qt.pack(w, li, mx > 0.0f ? qt.qmax / mx : 0.0f, qi, (size_t)cn * pb, g0, g1);
             }
 #pragma omp barrier
             float *yc = y + (size_t)c0 * w->rows;
-            if (r1 > r0 && i8) k->lut8_gemm(w, qluts, (size_t)cn * pb, scales, cn, yc, (size_t)w->rows, r0, r1);
-            else if (r1 > r0) k->lutq_gemm(w, qluts, (size_t)cn * pb, scales, cn, yc, (size_t)w->rows, r0, r1);
+            if (r1 > r0) qt.gemm(w, qluts, (size_t)cn * pb, scales, cn, yc, (size_t)w->rows, r0, r1);
             for (int i = 0; i < cn; i++) add_bias(w, yc + (size_t)i * w->rows, r0, y1);
 #pragma omp barrier
         }

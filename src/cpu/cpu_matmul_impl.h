@@ -119,10 +119,11 @@ typedef struct {
      * round(T * inv_scale), 256 bytes per step, steps s0+2i, s0+2i+1 adjacent
      * at qlut + i * pair_stride (512 for one token); lut8_gemv / lut8_gemm:
      * lutq_gemv / lutq_gemm on them (lut8_gemv: at most 256 steps, its sums
-     * in 2*(r1 - r0) bytes of acc). */
+     * in the first 2*(r1 - r0) bytes of acc). Same signatures as the int16
+     * ones, so a caller picks one pair and runs it. */
     void (*lut8_pack)(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
                       int g0, int g1);
-    void (*lut8_gemv)(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, void *acc, float *out,
+    void (*lut8_gemv)(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, int32_t *acc, float *out,
                       int r0, int r1);
     void (*lut8_gemm)(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
                       float *y, size_t ldy, int r0, int r1);
@@ -224,7 +225,7 @@ void kvq_aqlm_lutq_pack_vbmi(const kvq_cpu_weight *w, const float *lut, float in
                              int g0, int g1);
 void kvq_aqlm_lut8_pack_vbmi(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
                              int g0, int g1);
-void kvq_aqlm_lut8_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, void *acc,
+void kvq_aqlm_lut8_gemv_vbmi(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, int32_t *acc,
                              float *out, int r0, int r1);
 void kvq_aqlm_lut8_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
                              float *y, size_t ldy, int r0, int r1);
