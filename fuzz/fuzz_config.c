@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "hparams.h"
+#include "model/hparams.h"
 #include "resources.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "safetensors.h"
+#include "model/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kvq_st st;

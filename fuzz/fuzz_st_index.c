@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "safetensors.h"
+#include "model/safetensors.h"
 
 /* [u64 header length][header][data], header padded with spaces to 8 bytes. */
 static void write_shard(const char *dir, const char *name, const char *header, size_t data_len) {

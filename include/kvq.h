@@ -147,6 +147,10 @@ KVQ_API void kvq_context_free(kvq_context *c);
 /* Evaluates n tokens at positions n_past .. n_past+n-1 (n_past = tokens already in
  * the cache). Splits into n_batch pieces internally. */
 KVQ_API kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n);
+/* Evaluates several contexts of the same model in one step: ctx[i] takes
+ * n[i] tokens ids[i] at its own positions, with its own cache (a server's slots).
+ * Each context's logits are as after kvq_eval. All contexts must share the model. */
+KVQ_API kvq_status kvq_eval_batch(kvq_context *const *ctx, const int32_t *const *ids, const int *n, int count);
 /* Tokens currently in the cache. */
 KVQ_API int kvq_n_past(const kvq_context *c);
 /* Drops cache positions >= n_past (e.g. to restart generation). */

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "kvq.h"
-#include "weights.h"
+#include "model/weights.h"
 
 typedef struct kvq_bctx kvq_bctx;   /* one backend instance (device, queues, threads) */
 typedef struct kvq_buf kvq_buf;     /* device buffer for activations */

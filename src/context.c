@@ -12,18 +12,6 @@ kvq_context_params kvq_context_default_params(void) {
     return p;
 }
 
-int kvq_cache_type_parse(const char *s) {
-    static const char *const names[] = {"f32", "f16", "q8", "q4"};
-    for (int i = 0; i < 4; i++)
-        if (s && strcmp(s, names[i]) == 0) return i;
-    return -1;
-}
-
-const char *kvq_cache_type_name(kvq_cache_type t) {
-    static const char *const names[] = {"f32", "f16", "q8", "q4"};
-    return (unsigned)t < 4 ? names[t] : "?";
-}
-
 static int is_quantized(kvq_cache_type t) { return t == KVQ_CACHE_Q8 || t == KVQ_CACHE_Q4; }
 
 /* Rotation applies to quantized rows only: by default to q4, with kv_rotate=1 to q8 too. */
@@ -128,6 +116,17 @@ kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n) {
         done += nb;
     }
     c->logits_rows = rows;
+    return KVQ_OK;
+}
+
+kvq_status kvq_eval_batch(kvq_context *const *ctx, const int32_t *const *ids, const int *n, int count) {
+    if (count <= 0 || !ctx || !ids || !n) return kvq_fail(KVQ_ERR_ARG, "kvq_eval_batch: nothing to evaluate");
+    for (int i = 0; i < count; i++)
+        if (!ctx[i] || ctx[i]->m != ctx[0]->m) return kvq_fail(KVQ_ERR_ARG, "kvq_eval_batch: contexts must share one model");
+    for (int i = 0; i < count; i++) {
+        kvq_status s = kvq_eval(ctx[i], ids[i], n[i]);
+        if (s) return s;
+    }
     return KVQ_OK;
 }
 

@@ -2,7 +2,7 @@
 #ifndef KVQ_CONTEXT_H
 #define KVQ_CONTEXT_H
 
-#include "model.h"
+#include "model/model.h"
 
 struct kvq_context {
     kvq_model *m;

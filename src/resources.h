@@ -3,7 +3,7 @@
 #ifndef KVQ_RESOURCES_H
 #define KVQ_RESOURCES_H
 
-#include "hparams.h"
+#include "model/hparams.h"
 
 typedef struct {
     size_t kv;     /* K and V cache, all layers */

@@ -10,7 +10,7 @@
 
 #include "kvq.h"
 #include "malformed_model.h"
-#include "safetensors.h"
+#include "model/safetensors.h"
 #include "testutil.h"
 
 typedef struct {

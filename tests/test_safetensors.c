@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hparams.h"
-#include "safetensors.h"
+#include "model/hparams.h"
+#include "model/safetensors.h"
 #include "testutil.h"
 
 /* Builds [u64 len][header][data_len zero bytes] in a malloc'd buffer. */

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "common.h"
-#include "model.h"
+#include "model/model.h"
 #include "util.h"
 #ifdef KVQ_HAVE_VULKAN
 #include "vulkan/vk_bench.h"

@@ -9,7 +9,7 @@
 
 #include "backend.h"
 #include "kv_format.h"
-#include "weights.h"
+#include "model/weights.h"
 
 /* ---- cpu_features.c ---- */
 typedef enum { KVQ_ISA_SCALAR = 0, KVQ_ISA_AVX2, KVQ_ISA_AVX512, KVQ_ISA_NEON } kvq_isa;

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "kv_format.h"
-#include "weights.h"
+#include "model/weights.h"
 
 /* ---- ref_ops.c: elementwise and dense ops ---- */
 void kvq_ref_rms_norm(const float *x, const float *g, float *y, int n, int dim, float eps);
