@@ -52,6 +52,9 @@ typedef struct {
     int window;   /* sliding window, 0 = none: query at i sees key at j iff j <= i and i - j < window */
 } kvq_attn_desc;
 
+/* Which values of a head vector RoPE rotates together (kvq_backend.rope). */
+enum { KVQ_ROPE_HALF = 0, KVQ_ROPE_PAIRS = 1 };
+
 typedef struct kvq_backend {
     const char *name; /* "cpu", "vulkan" */
     /* 1: weights may stay references into the checkpoint mapping (the model keeps it mapped);
@@ -102,17 +105,41 @@ typedef struct kvq_backend {
     void (*matmul)(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n);
     /* y = x / rms(x) * g, per row of dim values; x and y may alias. */
     void (*rms_norm)(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps);
-    /* In-place rotate-half RoPE on x[n][n_heads*head_dim] at positions pos0.. ; inv_freq: head_dim/2
-     * host floats, the same array for the life of the model (a backend may form cos/sin tables on
-     * the host in double precision: float angles are far off at long positions). */
-    void (*rope)(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq);
+    /* In-place RoPE on x[n][n_heads*head_dim] at positions pos0.. ; inv_freq: head_dim/2 host
+     * floats, the same array for the life of the model (a backend may form cos/sin tables on the
+     * host in double precision: float angles are far off at long positions). mode says which
+     * values pair up: KVQ_ROPE_HALF (i, i+head_dim/2), HF's rotate_half (Llama, Mistral, Gemma,
+     * Phi-3, Qwen2...), or KVQ_ROPE_PAIRS (2i, 2i+1), Cohere's interleaved pairs; pair i always
+     * turns by angle pos * inv_freq[i]. */
+    void (*rope)(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq, int mode);
     /* gate = silu(gate) * up, over count values. */
     void (*swiglu)(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count);
+    /* gate = gelu_tanh(gate) * up, over count values (GeGLU; GELU with the tanh approximation). */
+    void (*geglu)(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count);
     /* acc += x, over count values. */
     void (*add)(kvq_bctx *b, kvq_buf *acc, const kvq_buf *x, size_t count);
+    /* x *= s, over count values. */
+    void (*scale)(kvq_bctx *b, kvq_buf *x, size_t count, float s);
+    /* y = (x - mean(x)) / sqrt(var(x) + eps) * g per row of dim values (LayerNorm without bias);
+     * g holds g_rows rows of dim gains and row t of x uses g row t % g_rows (1 for a plain norm,
+     * n_heads for per-head q/k norms over [n][n_heads][head_dim]); x and y may alias. */
+    void (*layer_norm)(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps, int g_rows);
     /* Byte copy between buffers (e.g. pick the last row before the LM head); the two ranges
      * must not overlap (they may be in the same buffer). */
     void (*copy)(kvq_bctx *b, const kvq_buf *src, size_t src_off, kvq_buf *dst, size_t dst_off, size_t bytes);
+    /* rows strided copies of row_bytes each: src_off + r*src_stride -> dst_off + r*dst_stride
+     * (splits a fused projection's output [n][q|k|v] into q, k, v); ranges must not overlap. */
+    void (*copy_rows)(kvq_bctx *b, const kvq_buf *src, size_t src_off, size_t src_stride, kvq_buf *dst, size_t dst_off,
+                      size_t dst_stride, size_t row_bytes, int rows);
+    /* Mixture of experts: y[r] = x[r / x_div] · w[route[r]]ᵀ for r < n, where w[0..n_w) share one
+     * shape (the experts) and route is copied at issue time. Rows that pick the same expert
+     * should go through it together, so its weights stream once per call; a decode step reads
+     * only the experts named in route. */
+    void (*matmul_routed)(kvq_bctx *b, const kvq_wt *const *w, int n_w, const kvq_buf *x, kvq_buf *y, int n,
+                          const int32_t *route, int x_div);
+    /* acc[i] += sum_j wts[i*k + j] * src[i*k + j] for rows i < n of dim values (combining the
+     * k experts a token went through); wts is copied at issue time. */
+    void (*add_weighted)(kvq_bctx *b, kvq_buf *acc, const kvq_buf *src, const float *wts, int n, int k, int dim);
     /* Stores k,v [n][n_head_kv*head_dim] at positions pos0..pos0+n-1 of layer, quantizing as the cache type says. */
     void (*kv_store)(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, const kvq_buf *v, int pos0, int n);
     /* out[n][n_head*head_dim] = softmax(q·Kᵀ·scale, causal + window) · V for queries at pos0.., reading the cache as stored. */

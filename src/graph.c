@@ -34,8 +34,8 @@ kvq_status kvq_graph_forward(kvq_context *c, const int32_t *ids, int n, float *d
         be->matmul(b, L->lin[KVQ_LIN_Q], c->xb, c->q, n);
         be->matmul(b, L->lin[KVQ_LIN_K], c->xb, c->k, n);
         be->matmul(b, L->lin[KVQ_LIN_V], c->xb, c->v, n);
-        be->rope(b, c->q, n, hp->n_head, hp->head_dim, pos0, m->rope_freqs);
-        be->rope(b, c->k, n, hp->n_head_kv, hp->head_dim, pos0, m->rope_freqs);
+        be->rope(b, c->q, n, hp->n_head, hp->head_dim, pos0, m->rope_freqs, KVQ_ROPE_HALF);
+        be->rope(b, c->k, n, hp->n_head_kv, hp->head_dim, pos0, m->rope_freqs, KVQ_ROPE_HALF);
         be->kv_store(b, c->kv, l, c->k, c->v, pos0, n);
         be->attention(b, c->kv, l, &ad, c->q, c->att, pos0, n);
         be->matmul(b, L->lin[KVQ_LIN_O], c->att, c->xb, n);

@@ -55,9 +55,9 @@ static void test_rope(void **s) {
         /* a small position and one far out, where a float angle alone would be off */
         const int pos0 = hi % 2 ? 37 : 131000 + hi;
         kvq_buf *xb = upload(x, (size_t)cnt);
-        be->rope(b, xb, n, heads, hd, pos0, freq);
+        be->rope(b, xb, n, heads, hd, pos0, freq, KVQ_ROPE_HALF);
         assert_int_equal(be->buf_read(b, xb, 0, got, sizeof(float) * cnt), KVQ_OK);
-        kvq_ref_rope(want, n, heads, hd, pos0, freq);
+        kvq_ref_rope(want, n, heads, hd, pos0, freq, 0);
         if (getenv("KVQ_TEST_VERBOSE")) printf("rope hd %d pos0 %d: max abs diff %g\n", hd, pos0, tu_max_abs_diff(got, want, (size_t)cnt));
         assert_true(tu_max_abs_diff(got, want, (size_t)cnt) < 1e-5);
         be->buf_free(b, xb);

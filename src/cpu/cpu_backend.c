@@ -91,12 +91,16 @@ static kvq_wt *cpu_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
     dd.cb8 = b->aqlm_cb8;
     dd.lut8 = b->aqlm_lut8;
     w->w = kvq_cpu_weight_new(&dd);
-    if (w->w && d->rows == 1) {
-        w->vec = kvq_alloc_aligned((size_t)d->cols * sizeof(float));
-        if (w->vec) kvq_cpu_weight_row(w->w, 0, w->vec);
-        else kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", d->name);
+    /* f32 copies of small dense tensors: norm gains (one row, or one per head for q/k norms) */
+    int small = d->rows == 1 || (d->fmt != KVQ_W_AQLM && d->rows <= 128 && (size_t)d->rows * d->cols <= ((size_t)1 << 20));
+    if (w->w && small) {
+        w->vec = kvq_alloc_aligned((size_t)d->rows * d->cols * sizeof(float));
+        if (w->vec)
+            for (int r = 0; r < d->rows; r++) kvq_cpu_weight_row(w->w, r, w->vec + (size_t)r * d->cols);
+        else
+            kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", d->name);
     }
-    if (!w->w || (d->rows == 1 && !w->vec)) {
+    if (!w->w || (small && !w->vec)) {
         if (w->w) kvq_cpu_weight_free(w->w);
         free(w);
         return NULL;
@@ -171,8 +175,8 @@ static void cpu_rms_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf
     }
 }
 
-static void cpu_rope(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq) {
-    int half = head_dim / 2;
+static void cpu_rope(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq, int mode) {
+    int half = head_dim / 2, pairs = mode == KVQ_ROPE_PAIRS;
 #pragma omp parallel for num_threads(b->n_threads) if (n > 1)
     for (int t = 0; t < n; t++) {
         /* cos/sin for a chunk of frequencies, shared by all heads of the token */
@@ -185,14 +189,29 @@ static void cpu_rope(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, 
                 cs[2 * i + 1] = (float)sin(ang);
             }
             for (int h = 0; h < n_heads; h++) {
-                float *v = x->data + ((size_t)t * n_heads + h) * head_dim + i0;
+                float *v = x->data + ((size_t)t * n_heads + h) * head_dim;
                 for (int i = 0; i < cnt; i++) {
-                    float a = v[i], c = v[i + half];
-                    v[i] = a * cs[2 * i] - c * cs[2 * i + 1];
-                    v[i + half] = c * cs[2 * i] + a * cs[2 * i + 1];
+                    int j = i0 + i, ja = pairs ? 2 * j : j, jb = pairs ? 2 * j + 1 : j + half;
+                    float a = v[ja], c = v[jb];
+                    v[ja] = a * cs[2 * i] - c * cs[2 * i + 1];
+                    v[jb] = c * cs[2 * i] + a * cs[2 * i + 1];
                 }
             }
         }
+    }
+}
+
+static void cpu_layer_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps, int g_rows) {
+#pragma omp parallel for num_threads(b->n_threads) if (n > 1)
+    for (int t = 0; t < n; t++) {
+        const float *xr = x->data + (size_t)t * dim, *gr = g->vec + (size_t)(t % g_rows) * dim;
+        float *yr = y->data + (size_t)t * dim;
+        double mean = 0, var = 0;
+        for (int i = 0; i < dim; i++) mean += xr[i];
+        mean /= dim;
+        for (int i = 0; i < dim; i++) var += (xr[i] - mean) * (xr[i] - mean);
+        float inv = (float)(1.0 / sqrt(var / dim + eps)), mf = (float)mean;
+        for (int i = 0; i < dim; i++) yr[i] = (xr[i] - mf) * inv * gr[i];
     }
 }
 
@@ -203,14 +222,77 @@ static void cpu_swiglu(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t cou
     for (size_t i = 0; i < count; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static void cpu_geglu(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count) {
+    float *g = gate->data;
+    const float *u = up->data;
+#pragma omp parallel for num_threads(b->n_threads) if (count > 4096)
+    for (size_t i = 0; i < count; i++) {
+        float v = g[i];
+        g[i] = 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v))) * u[i];
+    }
+}
+
 static void cpu_add(kvq_bctx *b, kvq_buf *acc, const kvq_buf *x, size_t count) {
     float *a = acc->data;
     const float *v = x->data;
     for (size_t i = 0; i < count; i++) a[i] += v[i];
 }
 
+static void cpu_scale(kvq_bctx *b, kvq_buf *x, size_t count, float s) {
+    float *a = x->data;
+    for (size_t i = 0; i < count; i++) a[i] *= s;
+}
+
 static void cpu_copy(kvq_bctx *b, const kvq_buf *src, size_t so, kvq_buf *dst, size_t dof, size_t bytes) {
     memmove((char *)dst->data + dof, (const char *)src->data + so, bytes);
+}
+
+static void cpu_copy_rows(kvq_bctx *b, const kvq_buf *src, size_t so, size_t ss, kvq_buf *dst, size_t dof, size_t ds,
+                          size_t row_bytes, int rows) {
+    for (int r = 0; r < rows; r++)
+        memmove((char *)dst->data + dof + (size_t)r * ds, (const char *)src->data + so + (size_t)r * ss, row_bytes);
+}
+
+/* Rows are grouped by expert: each expert's rows are gathered, go through one batched
+ * matmul (its codes stream once) and are scattered back. */
+static void cpu_matmul_routed(kvq_bctx *b, const kvq_wt *const *w, int n_w, const kvq_buf *x, kvq_buf *y, int n,
+                              const int32_t *route, int x_div) {
+    if (b->err) return;
+    const int cols = kvq_cpu_weight_cols(w[0]->w), rows = kvq_cpu_weight_rows(w[0]->w);
+    int *sel = malloc(sizeof(int) * (size_t)n);
+    float *xs = kvq_alloc_aligned(sizeof(float) * (size_t)n * cols), *ys = kvq_alloc_aligned(sizeof(float) * (size_t)n * rows);
+    if (!sel || !xs || !ys) {
+        b->err = kvq_fail(KVQ_ERR_NOMEM, "matmul_routed: out of memory for %d rows", n);
+        goto done;
+    }
+    for (int r = 0; r < n; r++)
+        if (route[r] < 0 || route[r] >= n_w) {
+            b->err = kvq_fail(KVQ_ERR_ARG, "matmul_routed: route %d names expert %d of %d", r, route[r], n_w);
+            goto done;
+        }
+    for (int e = 0; e < n_w; e++) {
+        int cnt = 0;
+        for (int r = 0; r < n; r++)
+            if (route[r] == e) sel[cnt++] = r;
+        if (!cnt) continue;
+        for (int i = 0; i < cnt; i++)
+            memcpy(xs + (size_t)i * cols, x->data + (size_t)(sel[i] / x_div) * cols, sizeof(float) * cols);
+        kvq_cpu_matmul(w[e]->w, xs, ys, cnt, b->n_threads);
+        for (int i = 0; i < cnt; i++) memcpy(y->data + (size_t)sel[i] * rows, ys + (size_t)i * rows, sizeof(float) * rows);
+    }
+done:
+    free(sel);
+    kvq_free_aligned(xs);
+    kvq_free_aligned(ys);
+}
+
+static void cpu_add_weighted(kvq_bctx *b, kvq_buf *acc, const kvq_buf *src, const float *wts, int n, int k, int dim) {
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < k; j++) {
+            const float *s = src->data + ((size_t)i * k + j) * dim;
+            float *a = acc->data + (size_t)i * dim, wt = wts[i * k + j];
+            for (int c = 0; c < dim; c++) a[c] += wt * s[c];
+        }
 }
 
 static void cpu_kv_store(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, const kvq_buf *v, int pos0, int n) {
@@ -267,8 +349,14 @@ const kvq_backend kvq_backend_cpu = {
     .rms_norm = cpu_rms_norm,
     .rope = cpu_rope,
     .swiglu = cpu_swiglu,
+    .geglu = cpu_geglu,
     .add = cpu_add,
+    .scale = cpu_scale,
+    .layer_norm = cpu_layer_norm,
     .copy = cpu_copy,
+    .copy_rows = cpu_copy_rows,
+    .matmul_routed = cpu_matmul_routed,
+    .add_weighted = cpu_add_weighted,
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .flush = NULL,

@@ -11,8 +11,15 @@
 
 /* ---- ref_ops.c: elementwise and dense ops ---- */
 void kvq_ref_rms_norm(const float *x, const float *g, float *y, int n, int dim, float eps);
-void kvq_ref_rope(float *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq);
+/* LayerNorm without bias; row t uses gain row t % g_rows (see kvq_backend.layer_norm). */
+void kvq_ref_layer_norm(const float *x, const float *g, float *y, int n, int dim, float eps, int g_rows);
+/* pairs: 0 rotate-half (KVQ_ROPE_HALF), 1 interleaved (KVQ_ROPE_PAIRS). */
+void kvq_ref_rope(float *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq, int pairs);
 void kvq_ref_swiglu(float *gate, const float *up, size_t count);
+float kvq_ref_gelu_tanh(float x);
+void kvq_ref_geglu(float *gate, const float *up, size_t count);
+/* acc[i] += sum_j wts[i*k+j] * src[i*k+j], rows of dim values. */
+void kvq_ref_add_weighted(float *acc, const float *src, const float *wts, int n, int k, int dim);
 /* Dequantizes any weight description (dense or AQLM) into W[rows][cols] f32. */
 void kvq_ref_weight_dequant(const kvq_weight_desc *w, float *W);
 /* One row of a weight (dense or AQLM) as f32. */

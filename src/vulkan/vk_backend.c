@@ -125,10 +125,11 @@ static vk_bind rope_table(kvq_bctx *b, int n, int half, int pos0, const float *i
     return tab;
 }
 
-static void vkb_rope(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq) {
+static void vkb_rope(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq, int mode) {
     size_t total = (size_t)n * n_heads * (head_dim / 2);
     if (!count_ok(b, total, "rope")) return;
-    struct { uint32_t n, n_heads, head_dim, pos0; } pc = {(uint32_t)n, (uint32_t)n_heads, (uint32_t)head_dim, (uint32_t)pos0};
+    struct { uint32_t n, n_heads, head_dim, pairs; } pc = {(uint32_t)n, (uint32_t)n_heads, (uint32_t)head_dim,
+                                                          (uint32_t)(mode == KVQ_ROPE_PAIRS)};
     vk_bind bind[2] = {vk_whole(x), rope_table(b, n, head_dim / 2, pos0, inv_freq)};
     vk_dispatch(b, vk_pipe_get(b, "rope", NULL, 0), bind, 2, &pc, sizeof pc, groups_for(b, total), 1, 1);
 }
