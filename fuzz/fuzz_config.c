@@ -20,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
         float *f = malloc(sizeof(float) * (size_t)(hp.head_dim / 2));
         if (!f) abort();
-        kvq_hparams_rope_freqs(&hp, f);
+        kvq_hparams_rope_freqs(&hp, f, 0);
         free(f);
         kvq_mem_need need;
         int ctx = size ? data[0] * 1000 + 1 : 1;

@@ -1,4 +1,5 @@
 /* kvq_context_*: KV cache and activation buffers on the model's backend, kvq_eval. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,21 +56,31 @@ kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_c
     c->kd = kd;
     c->kv = be->kv_new(m->bctx, &kd);
     size_t nb = (size_t)p.n_batch * sizeof(float);
-    size_t qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
-    /* xb also holds the o_proj/down outputs, so it is max(n_embd) wide; x is copied into row 0 for the LM head */
-    c->x = be->buf_new(m->bctx, nb * hp->n_embd);
-    c->xb = be->buf_new(m->bctx, nb * hp->n_embd);
-    c->q = be->buf_new(m->bctx, nb * qd);
-    c->k = be->buf_new(m->bctx, nb * kvd);
-    c->v = be->buf_new(m->bctx, nb * kvd);
-    c->att = be->buf_new(m->bctx, nb * qd);
-    c->hb = be->buf_new(m->bctx, nb * hp->n_ff);
-    c->hb2 = be->buf_new(m->bctx, nb * hp->n_ff);
-    c->logits = be->buf_new(m->bctx, (p.logits_all ? nb : sizeof(float)) * hp->n_vocab);
+    kvq_act_widths w;
+    kvq_act_widths_of(hp, &w);
+    /* longrope: the long factors when the context reaches past the original one (as llama.cpp decides) */
+    int long_rope = m->rope_freqs_long && p.n_ctx > hp->rope_orig_ctx;
+    c->rope_freqs = long_rope ? m->rope_freqs_long : m->rope_freqs;
+    float af = hp->rope_scaling == KVQ_ROPE_LONGROPE ? hp->rope_attn_factor : 1.0f;
+    c->attn_scale = af * af / sqrtf((float)hp->head_dim);
+    kvq_buf **bufs[] = {&c->x, &c->xb, &c->xo, &c->q, &c->att, &c->k, &c->v, &c->hb, &c->hb2, &c->fused, &c->moe_out, &c->router};
+    size_t widths[] = {w.x, w.xb, w.xo, w.q, w.att, w.k, w.v, w.hb, w.hb2, w.fused, w.moe_out, w.router};
+    int ok = c->kv != NULL;
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+        if (widths[i] && ok) ok = (*bufs[i] = be->buf_new(m->bctx, nb * widths[i])) != NULL;
+    if (ok && hp->n_expert) {
+        size_t rows = (size_t)p.n_batch * hp->n_expert_used;
+        c->router_host = malloc(nb * hp->n_expert);
+        c->route = malloc(sizeof(int32_t) * rows);
+        c->route_w = malloc(sizeof(float) * rows);
+        ok = c->router_host && c->route && c->route_w;
+        if (!ok) kvq_fail(KVQ_ERR_NOMEM, "out of memory for the experts' routes");
+    }
+    if (ok) ok = (c->logits = be->buf_new(m->bctx, (p.logits_all ? nb : sizeof(float)) * hp->n_vocab)) != NULL;
     c->logits_host = malloc(sizeof(float) * hp->n_vocab);
     c->logits_cap = 1;
-    if (!c->kv || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits || !c->logits_host) {
-        s = c->logits_host ? KVQ_ERR_NOMEM : kvq_fail(KVQ_ERR_NOMEM, "out of memory for logits");
+    if (!ok || !c->logits_host) {
+        s = ok ? kvq_fail(KVQ_ERR_NOMEM, "out of memory for logits") : KVQ_ERR_NOMEM;
         kvq_context_free(c);
         return s;
     }
@@ -82,8 +93,11 @@ void kvq_context_free(kvq_context *c) {
     const kvq_backend *be = c->m->be;
     kvq_bctx *b = c->m->bctx;
     be->kv_free(b, c->kv);
-    kvq_buf *bufs[] = {c->x, c->xb, c->q, c->k, c->v, c->att, c->hb, c->hb2, c->logits};
+    kvq_buf *bufs[] = {c->x, c->xb, c->xo, c->q, c->k, c->v, c->att, c->hb, c->hb2, c->fused, c->moe_out, c->router, c->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->buf_free(b, bufs[i]);
+    free(c->router_host);
+    free(c->route);
+    free(c->route_w);
     free(c->logits_host);
     free(c);
 }

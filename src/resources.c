@@ -17,6 +17,18 @@ static size_t mul4(size_t a, size_t b, size_t c, size_t d) {
     return r;
 }
 
+void kvq_act_widths_of(const kvq_hparams *hp, kvq_act_widths *w) {
+    size_t used = hp->n_expert ? (size_t)hp->n_expert_used : 1;
+    size_t qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
+    memset(w, 0, sizeof *w);
+    w->x = w->xb = w->xo = (size_t)hp->n_embd;
+    w->q = w->att = qd;
+    w->k = w->v = kvd;
+    w->hb = w->hb2 = used * hp->n_ff;
+    if (hp->fused_qkv) w->fused = qd + 2 * kvd > 2 * (size_t)hp->n_ff ? qd + 2 * kvd : 2 * (size_t)hp->n_ff;
+    if (hp->n_expert) w->moe_out = used * hp->n_embd, w->router = (size_t)hp->n_expert;
+}
+
 kvq_status kvq_mem_estimate(const kvq_hparams *hp, int n_ctx, int n_batch, int logits_all, kvq_cache_type tk,
                             kvq_cache_type tv, kvq_mem_need *out) {
     memset(out, 0, sizeof *out);
@@ -24,12 +36,10 @@ kvq_status kvq_mem_estimate(const kvq_hparams *hp, int n_ctx, int n_batch, int l
         return kvq_fail(KVQ_ERR_ARG, "context sizes must be positive (n_ctx %d, n_batch %d)", n_ctx, n_batch);
     size_t row = kvq_kv_row_bytes(tk, hp->head_dim) + kvq_kv_row_bytes(tv, hp->head_dim);
     size_t kv = mul4((size_t)hp->n_layer, (size_t)hp->n_head_kv, (size_t)n_ctx, row ? row : 1);
-    /* per token: x, xb (n_embd), q, att (n_head*head_dim), k, v (n_head_kv*head_dim), hb, hb2 (n_ff) floats */
-    size_t per_tok = 0, t;
-    if (!kvq_mul_ok((size_t)hp->n_head, (size_t)hp->head_dim, &t) || !kvq_mul_ok(t, 2, &t) || !add_ok(per_tok, t, &per_tok) ||
-        !kvq_mul_ok((size_t)hp->n_head_kv, (size_t)hp->head_dim, &t) || !kvq_mul_ok(t, 2, &t) || !add_ok(per_tok, t, &per_tok) ||
-        !add_ok(per_tok, 2 * (size_t)hp->n_embd + 2 * (size_t)hp->n_ff, &per_tok))
-        per_tok = 0;
+    kvq_act_widths w;
+    kvq_act_widths_of(hp, &w);
+    /* each width is bounded by the config parser's limits, so the sum cannot wrap */
+    size_t per_tok = w.x + w.xb + w.xo + w.q + w.att + w.k + w.v + w.hb + w.hb2 + w.fused + w.moe_out + w.router;
     size_t act = per_tok ? mul4(per_tok, (size_t)n_batch, sizeof(float), 1) : 0;
     size_t logits = mul4((size_t)(logits_all ? n_batch : 1) + 1, (size_t)hp->n_vocab, sizeof(float), 1);
     size_t total;

@@ -12,6 +12,19 @@ typedef struct {
     size_t total;
 } kvq_mem_need;
 
+/* Floats per token of each activation buffer a context keeps (0: not needed by this family). */
+typedef struct {
+    size_t x, xb, xo;   /* residual, normed input, block output: n_embd */
+    size_t q, att;      /* n_head * head_dim */
+    size_t k, v;        /* n_head_kv * head_dim */
+    size_t hb, hb2;     /* FFN hidden, n_ff (times the experts a token uses) */
+    size_t fused;       /* a fused projection's output before the split (Phi-3) */
+    size_t moe_out;     /* each used expert's output, n_embd per expert */
+    size_t router;      /* router logits, n_expert */
+} kvq_act_widths;
+
+void kvq_act_widths_of(const kvq_hparams *hp, kvq_act_widths *w);
+
 /* Bytes a context of n_ctx positions / n_batch tokens per pass needs. Returns
  * KVQ_ERR_ARG (message set) when a size does not fit in size_t. */
 kvq_status kvq_mem_estimate(const kvq_hparams *hp, int n_ctx, int n_batch, int logits_all, kvq_cache_type tk,

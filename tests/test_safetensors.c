@@ -149,7 +149,7 @@ static void test_llama3_rope(void **state) {
                                &hp),
                      KVQ_OK);
     float f[32];
-    kvq_hparams_rope_freqs(&hp, f);
+    kvq_hparams_rope_freqs(&hp, f, 0);
     /* highest frequency untouched, lowest divided by the factor */
     assert_float_equal(f[0], 1.0f, 1e-6);
     double base_last = pow(500000.0, -62.0 / 64.0);

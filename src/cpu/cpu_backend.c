@@ -24,7 +24,7 @@ struct kvq_buf {
 
 struct kvq_wt {
     kvq_cpu_weight *w;
-    float *vec; /* f32 copy of a one-row weight (norm gains), NULL otherwise */
+    float *vec; /* f32 copy of a small dense weight (norm gains), NULL otherwise */
 };
 
 struct kvq_kvbuf {

@@ -69,7 +69,38 @@ static kvq_status parse_aqlm(const cJSON *q, const char *path, kvq_hparams *hp) 
     return KVQ_OK;
 }
 
-static kvq_status parse_rope_scaling(const cJSON *rs, const char *path, kvq_hparams *hp) {
+/* A list of head_dim/2 positive numbers (longrope's short_factor / long_factor). */
+static kvq_status get_factors(const cJSON *rs, const char *key, const char *path, const kvq_hparams *hp, float **out) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(rs, key);
+    int half = hp->head_dim / 2;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != half)
+        return kvq_fail(KVQ_ERR_FORMAT, "%s: rope_scaling.%s must be a list of %d numbers (head_dim / 2)", path, key, half);
+    *out = malloc(sizeof(float) * (size_t)half);
+    if (!*out) return kvq_fail(KVQ_ERR_NOMEM, "%s: out of memory", path);
+    int i = 0;
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0 && e->valuedouble < 1e9))
+            return kvq_fail(KVQ_ERR_FORMAT, "%s: rope_scaling.%s[%d] must be a positive number", path, key, i);
+        (*out)[i] = (float)e->valuedouble;
+    }
+    return KVQ_OK;
+}
+
+/* Phi-3's su / longrope: frequencies divided per dimension by short or long factors, and
+ * cos/sin scaled by sqrt(1 + ln(s)/ln(orig)) where s = max_position_embeddings / orig. */
+static kvq_status parse_longrope(const cJSON *root, const cJSON *rs, const char *path, kvq_hparams *hp) {
+    kvq_status s;
+    hp->rope_scaling = KVQ_ROPE_LONGROPE;
+    if ((s = get_int(root, "original_max_position_embeddings", -1, 1, 1 << 30, &hp->rope_orig_ctx, path)) ||
+        (s = get_factors(rs, "short_factor", path, hp, &hp->rope_short)) || (s = get_factors(rs, "long_factor", path, hp, &hp->rope_long)))
+        return s;
+    double scale = (double)hp->n_ctx_train / hp->rope_orig_ctx;
+    hp->rope_attn_factor = scale <= 1 || hp->rope_orig_ctx < 2 ? 1.0f : (float)sqrt(1 + log(scale) / log((double)hp->rope_orig_ctx));
+    return get_float(rs, "attention_factor", hp->rope_attn_factor, 1e-6, 1e6, &hp->rope_attn_factor, path);
+}
+
+static kvq_status parse_rope_scaling(const cJSON *root, const char *path, kvq_hparams *hp) {
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     if (!rs || cJSON_IsNull(rs)) return KVQ_OK;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
     if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
@@ -77,6 +108,8 @@ static kvq_status parse_rope_scaling(const cJSON *rs, const char *path, kvq_hpar
     kvq_status s;
     if ((s = get_float(rs, "factor", 1.0, 1e-6, 1e6, &hp->rope_factor, path))) return s;
     if (strcmp(t->valuestring, "default") == 0) return KVQ_OK;
+    if (hp->family == KVQ_FAM_PHI3 && (strcmp(t->valuestring, "longrope") == 0 || strcmp(t->valuestring, "su") == 0))
+        return parse_longrope(root, rs, path, hp);
     if (strcmp(t->valuestring, "linear") == 0) {
         hp->rope_scaling = KVQ_ROPE_LINEAR;
         return KVQ_OK;
@@ -91,7 +124,64 @@ static kvq_status parse_rope_scaling(const cJSON *rs, const char *path, kvq_hpar
             return kvq_fail(KVQ_ERR_FORMAT, "%s: rope_scaling high_freq_factor must exceed low_freq_factor", path);
         return KVQ_OK;
     }
-    return kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: unsupported rope_scaling.rope_type '%.40s' (default, linear, llama3)", path, t->valuestring);
+    return kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: unsupported rope_scaling.rope_type '%.40s' (default, linear, llama3; longrope/su for Phi-3)", path, t->valuestring);
+}
+
+static int get_bool(const cJSON *root, const char *key, int dflt) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
+    return cJSON_IsBool(j) ? cJSON_IsTrue(j) : dflt;
+}
+
+/* What each family changes in the forward, from its config fields and HF's defaults for them. */
+static kvq_status parse_family(const cJSON *root, const char *path, kvq_hparams *hp) {
+    kvq_status s;
+    int tie_default = 0;
+    const char *act_key = "hidden_act";
+    hp->logit_scale = 1.0f;
+    switch (hp->family) {
+    case KVQ_FAM_LLAMA: break;
+    case KVQ_FAM_MIXTRAL:
+        if ((s = get_int(root, "num_local_experts", -1, 1, 256, &hp->n_expert, path)) ||
+            (s = get_int(root, "num_experts_per_tok", -1, 1, hp->n_expert, &hp->n_expert_used, path)))
+            return s;
+        break;
+    case KVQ_FAM_COHERE:
+        tie_default = 1;
+        hp->layer_norm = hp->rope_pairs = hp->parallel_block = 1;
+        hp->qk_norm = get_bool(root, "use_qk_norm", 0);
+        if ((s = get_float(root, "layer_norm_eps", 1e-5, 0, 1, &hp->rms_eps, path)) ||
+            (s = get_float(root, "logit_scale", 0.0625, -1e6, 1e6, &hp->logit_scale, path)))
+            return s;
+        break;
+    case KVQ_FAM_GEMMA:
+        tie_default = 1;
+        hp->norm_plus_one = hp->gelu = hp->embed_scale = 1;
+        /* HF's Gemma takes hidden_activation, and the tanh GELU when it is unset */
+        act_key = "hidden_activation";
+        break;
+    case KVQ_FAM_PHI3: {
+        hp->fused_qkv = 1;
+        float prf;
+        if ((s = get_float(root, "partial_rotary_factor", 1.0, 0, 1, &prf, path))) return s;
+        if (prf != 1.0f) return kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: unsupported partial_rotary_factor %g (1)", path, prf);
+        break;
+    }
+    case KVQ_FAM_QWEN2:
+        /* Qwen2's window applies only with use_sliding_window (off in the published models) */
+        if (get_bool(root, "use_sliding_window", 0))
+            return kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: unsupported use_sliding_window true (Qwen2's per-layer windows)", path);
+        hp->sliding_window = 0;
+        break;
+    }
+    hp->tie_embeddings = get_bool(root, "tie_word_embeddings", tie_default);
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, act_key);
+    if (hp->gelu) {
+        if (cJSON_IsString(act) && strcmp(act->valuestring, "gelu_pytorch_tanh") != 0 && strcmp(act->valuestring, "gelu_tanh") != 0)
+            return kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: unsupported %s '%.40s' (gelu_pytorch_tanh)", path, act_key, act->valuestring);
+    } else if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0) {
+        return kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: unsupported %s '%.40s' (silu)", path, act_key, act->valuestring);
+    }
+    return KVQ_OK;
 }
 
 kvq_status kvq_hparams_parse(const char *text, const char *path, kvq_hparams *hp) {
@@ -108,9 +198,19 @@ kvq_status kvq_hparams_parse(const char *text, const char *path, kvq_hparams *hp
     if (cJSON_IsString(a0)) snprintf(hp->arch, sizeof hp->arch, "%s", a0->valuestring);
     else if (cJSON_IsString(mt) && strcmp(mt->valuestring, "llama") == 0) snprintf(hp->arch, sizeof hp->arch, "LlamaForCausalLM");
     else if (cJSON_IsString(mt) && strcmp(mt->valuestring, "mistral") == 0) snprintf(hp->arch, sizeof hp->arch, "MistralForCausalLM");
-    if (strcmp(hp->arch, "LlamaForCausalLM") != 0 && strcmp(hp->arch, "MistralForCausalLM") != 0) {
-        s = kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: unsupported architecture '%s' (LlamaForCausalLM, MistralForCausalLM)", path,
-                     hp->arch[0] ? hp->arch : "(none)");
+    static const struct { const char *arch; kvq_family fam; } archs_known[] = {
+        {"LlamaForCausalLM", KVQ_FAM_LLAMA},  {"MistralForCausalLM", KVQ_FAM_LLAMA}, {"MixtralForCausalLM", KVQ_FAM_MIXTRAL},
+        {"CohereForCausalLM", KVQ_FAM_COHERE}, {"GemmaForCausalLM", KVQ_FAM_GEMMA},   {"Phi3ForCausalLM", KVQ_FAM_PHI3},
+        {"Qwen2ForCausalLM", KVQ_FAM_QWEN2},
+    };
+    int known = 0;
+    for (size_t i = 0; i < sizeof archs_known / sizeof archs_known[0]; i++)
+        if (strcmp(hp->arch, archs_known[i].arch) == 0) hp->family = archs_known[i].fam, known = 1;
+    if (!known) {
+        s = kvq_fail(KVQ_ERR_UNSUPPORTED,
+                     "%s: unsupported architecture '%s' (LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, CohereForCausalLM, "
+                     "GemmaForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM)",
+                     path, hp->arch[0] ? hp->arch : "(none)");
         goto done;
     }
     const int BIG = 1 << 20;
@@ -141,13 +241,8 @@ kvq_status kvq_hparams_parse(const char *text, const char *path, kvq_hparams *hp
         s = kvq_fail(KVQ_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", path, hp->head_dim);
         goto done;
     }
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
-    if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0) {
-        s = kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: unsupported hidden_act '%.40s' (silu)", path, act->valuestring);
-        goto done;
-    }
-    hp->tie_embeddings = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings"));
-    if ((s = parse_rope_scaling(cJSON_GetObjectItemCaseSensitive(root, "rope_scaling"), path, hp))) goto done;
+    if ((s = parse_family(root, path, hp))) goto done;
+    if ((s = parse_rope_scaling(root, path, hp))) goto done;
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     if (q && !cJSON_IsNull(q)) s = parse_aqlm(q, path, hp);
 done:
@@ -168,17 +263,22 @@ kvq_status kvq_hparams_load(const char *dir, kvq_hparams *hp) {
 }
 
 void kvq_hparams_free(kvq_hparams *hp) {
+    free(hp->rope_short);
+    free(hp->rope_long);
+    hp->rope_short = hp->rope_long = NULL;
     for (int i = 0; i < hp->n_not_quantized; i++) free(hp->not_quantized[i]);
     free(hp->not_quantized);
     hp->not_quantized = NULL;
     hp->n_not_quantized = 0;
 }
 
-void kvq_hparams_rope_freqs(const kvq_hparams *hp, float *inv_freq) {
+void kvq_hparams_rope_freqs(const kvq_hparams *hp, float *inv_freq, int long_ctx) {
     int half = hp->head_dim / 2;
     for (int i = 0; i < half; i++) {
         double f = pow((double)hp->rope_theta, -(double)(2 * i) / hp->head_dim);
-        if (hp->rope_scaling == KVQ_ROPE_LINEAR) {
+        if (hp->rope_scaling == KVQ_ROPE_LONGROPE) {
+            f /= long_ctx ? hp->rope_long[i] : hp->rope_short[i];
+        } else if (hp->rope_scaling == KVQ_ROPE_LINEAR) {
             f /= hp->rope_factor;
         } else if (hp->rope_scaling == KVQ_ROPE_LLAMA3) {
             /* Llama 3.1: long wavelengths slowed by `factor`, short ones kept, smooth blend between. */

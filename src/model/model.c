@@ -44,7 +44,7 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
     if (!m) return kvq_fail(KVQ_ERR_NOMEM, "out of memory");
     kvq_status s;
     if ((s = kvq_hparams_load(dir, &m->hp)) || (s = kvq_tokenizer_load(dir, &m->tok)) ||
-        (s = kvq_st_open_dir(&m->st, dir)) || (s = pick_backend(m, p)) || (s = kvq_model_load_weights(m, dir, &m->st)))
+        (s = kvq_st_open_dir(&m->st, dir)) || (s = pick_backend(m, p)) || (s = kvq_graph_check_backend(&m->hp, m->be)) || (s = kvq_model_load_weights(m, dir, &m->st)))
         goto fail;
     int half = m->hp.head_dim / 2;
     m->rope_freqs = malloc(sizeof(float) * (size_t)half);
@@ -52,7 +52,15 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
         s = kvq_fail(KVQ_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    kvq_hparams_rope_freqs(&m->hp, m->rope_freqs);
+    kvq_hparams_rope_freqs(&m->hp, m->rope_freqs, 0);
+    if (m->hp.rope_scaling == KVQ_ROPE_LONGROPE) {
+        m->rope_freqs_long = malloc(sizeof(float) * (size_t)half);
+        if (!m->rope_freqs_long) {
+            s = kvq_fail(KVQ_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        kvq_hparams_rope_freqs(&m->hp, m->rope_freqs_long, 1);
+    }
     if (!m->be->weights_in_place) kvq_st_close(&m->st); /* the backend holds its own copies */
     const kvq_hparams *hp = &m->hp;
     snprintf(m->desc, sizeof m->desc, "%s, %d layers, hidden %d, heads %d/%d x %d, vocab %d, %s, %.1f MiB of weights",
@@ -73,9 +81,12 @@ void kvq_model_free(kvq_model *m) {
         const kvq_backend *be = m->be;
         if (m->layers) {
             for (int l = 0; l < m->hp.n_layer; l++) {
-                be->weight_free(m->bctx, m->layers[l].attn_norm);
-                be->weight_free(m->bctx, m->layers[l].ffn_norm);
-                for (int k = 0; k < KVQ_LIN_COUNT; k++) be->weight_free(m->bctx, m->layers[l].lin[k]);
+                kvq_layer *ly = &m->layers[l];
+                kvq_wt *ws[] = {ly->attn_norm, ly->ffn_norm, ly->q_norm, ly->k_norm, ly->router};
+                for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->weight_free(m->bctx, ws[i]);
+                for (int k = 0; k < KVQ_LIN_COUNT; k++) be->weight_free(m->bctx, ly->lin[k]);
+                for (int k = 0; k < KVQ_MOE_COUNT; k++)
+                    for (int e = 0; ly->moe[k] && e < m->hp.n_expert; e++) be->weight_free(m->bctx, ly->moe[k][e]);
             }
         }
         if (m->lm_head != m->embed) be->weight_free(m->bctx, m->lm_head);
@@ -84,8 +95,12 @@ void kvq_model_free(kvq_model *m) {
         be->release(m->bctx);
     }
     kvq_st_close(&m->st); /* after the backend: its weights may point into the mapping */
+    for (int l = 0; m->layers && l < m->hp.n_layer; l++)
+        for (int k = 0; k < KVQ_MOE_COUNT; k++) free(m->layers[l].moe[k]);
     free(m->layers);
     free(m->rope_freqs);
+    free(m->rope_freqs_long);
+    free(m->owned);
     kvq_tokenizer_free(m->tok);
     kvq_hparams_free(&m->hp);
     free(m);

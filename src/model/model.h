@@ -8,9 +8,18 @@
 
 enum { KVQ_LIN_Q, KVQ_LIN_K, KVQ_LIN_V, KVQ_LIN_O, KVQ_LIN_GATE, KVQ_LIN_UP, KVQ_LIN_DOWN, KVQ_LIN_COUNT };
 
+/* Experts' projections of a mixture-of-experts FFN, one array of n_expert weights each. */
+enum { KVQ_MOE_GATE, KVQ_MOE_UP, KVQ_MOE_DOWN, KVQ_MOE_COUNT };
+
 typedef struct {
-    kvq_wt *attn_norm, *ffn_norm;
+    kvq_wt *attn_norm;
+    kvq_wt *ffn_norm;         /* NULL where attention and FFN share attn_norm (parallel blocks) */
+    kvq_wt *q_norm, *k_norm;  /* per-head gains [heads][head_dim] (qk_norm), else NULL */
+    /* Fused checkpoints (Phi-3): lin[Q] is qkv_proj, lin[GATE] gate_up_proj, and K, V, UP are NULL.
+     * Mixtures of experts: GATE, UP, DOWN are NULL and the experts are in moe. */
     kvq_wt *lin[KVQ_LIN_COUNT];
+    kvq_wt *router;                 /* [n_expert][n_embd], dense */
+    kvq_wt **moe[KVQ_MOE_COUNT];    /* [n_expert] each */
 } kvq_layer;
 
 struct kvq_model {
@@ -20,7 +29,11 @@ struct kvq_model {
     kvq_bctx *bctx;
     kvq_wt *embed, *out_norm, *lm_head; /* lm_head == embed when tied */
     kvq_layer *layers;
-    float *rope_freqs; /* head_dim/2 inverse frequencies (host) */
+    float *rope_freqs;      /* head_dim/2 inverse frequencies (host) */
+    float *rope_freqs_long; /* longrope's for contexts past rope_orig_ctx, else NULL */
+    float embed_scale;      /* embeddings are multiplied by this (1, or Gemma's sqrt(n_embd)) */
+    float *owned;           /* tensors the loader had to make (Gemma's 1 + norm gains) */
+    size_t owned_used, owned_cap; /* floats */
     size_t weight_bytes; /* all uploaded weights */
     size_t embed_bytes;  /* of which the embedding table */
     kvq_st st;           /* the checkpoint, mapped for the model's lifetime: weights may be used in place */
@@ -30,5 +43,8 @@ struct kvq_model {
 
 /* model_load.c: reads dir into desc structs checked against config.json, uploads them. */
 kvq_status kvq_model_load_weights(kvq_model *m, const char *dir, const kvq_st *st);
+
+/* graph.c: fails naming the op when the backend lacks one this family's forward uses. */
+kvq_status kvq_graph_check_backend(const kvq_hparams *hp, const kvq_backend *be);
 
 #endif

@@ -1,11 +1,13 @@
 /* Checkpoint -> backend weights. Each tensor is looked up by its HF name,
  * checked against config.json (shape, dtype, AQLM layout), described as a
  * kvq_weight_desc and uploaded. Nothing is read before it has been checked. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
+#include "ref/ref.h"
 
 static const char *const g_lin_names[KVQ_LIN_COUNT] = {
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
@@ -178,6 +180,96 @@ static kvq_status load_dense(kvq_model *m, const loader *L, const char *name, in
     return s ? s : upload(m, &d, out);
 }
 
+static kvq_status load_linear(kvq_model *m, const loader *L, const char *name, int rows, int cols, kvq_wt **out) {
+    kvq_weight_desc d;
+    kvq_status s = linear_desc(L, name, rows, cols, &d);
+    return s ? s : upload(m, &d, out);
+}
+
+/* A norm's gain vector; Gemma stores (gain - 1), so the loader adds the 1 back in f32. */
+static kvq_status load_norm(kvq_model *m, const loader *L, const char *name, kvq_wt **out) {
+    const int dim = m->hp.n_embd;
+    kvq_weight_desc d;
+    kvq_status s = dense_desc(L, name, 0, dim, &d);
+    if (s || !m->hp.norm_plus_one) return s ? s : upload(m, &d, out);
+    if (m->owned_used + (size_t)dim > m->owned_cap) return kvq_fail(KVQ_ERR_FORMAT, "%s: more norms than the model has layers", name);
+    float *g = m->owned + m->owned_used;
+    m->owned_used += (size_t)dim;
+    kvq_ref_weight_row(&d, 0, g); /* as f32 */
+    for (int i = 0; i < dim; i++) g[i] += 1.0f;
+    kvq_weight_desc one = d;
+    one.fmt = KVQ_W_F32, one.data = g, one.in_mapping = 0;
+    return upload(m, &one, out);
+}
+
+/* sqrt(n_embd) rounded to the embedding table's dtype, as HF's Gemma forms its normalizer. */
+static float embed_normalizer(const kvq_hparams *hp, kvq_wformat fmt) {
+    float v = sqrtf((float)hp->n_embd);
+    if (fmt == KVQ_W_F16) return kvq_f16_to_f32(kvq_f32_to_f16(v));
+    if (fmt == KVQ_W_BF16) {
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000u; /* round to nearest even */
+        memcpy(&v, &u, 4);
+    }
+    return v;
+}
+
+static kvq_status load_experts(kvq_model *m, const loader *L, int l, kvq_layer *ly) {
+    const kvq_hparams *hp = &m->hp;
+    char name[256];
+    kvq_status s;
+    snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.gate.weight", l);
+    if ((s = load_dense(m, L, name, hp->n_expert, hp->n_embd, &ly->router))) return s;
+    /* Mixtral's w1 is the gate, w3 the up and w2 the down projection */
+    static const char *const wname[KVQ_MOE_COUNT] = {"w1", "w3", "w2"};
+    const int rows[KVQ_MOE_COUNT] = {hp->n_ff, hp->n_ff, hp->n_embd}, cols[KVQ_MOE_COUNT] = {hp->n_embd, hp->n_embd, hp->n_ff};
+    for (int k = 0; k < KVQ_MOE_COUNT; k++) {
+        ly->moe[k] = calloc((size_t)hp->n_expert, sizeof(kvq_wt *));
+        if (!ly->moe[k]) return kvq_fail(KVQ_ERR_NOMEM, "out of memory for %d experts", hp->n_expert);
+        for (int e = 0; e < hp->n_expert; e++) {
+            snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s", l, e, wname[k]);
+            if ((s = load_linear(m, L, name, rows[k], cols[k], &ly->moe[k][e]))) return s;
+        }
+    }
+    return KVQ_OK;
+}
+
+static kvq_status load_layer(kvq_model *m, const loader *L, int l) {
+    const kvq_hparams *hp = &m->hp;
+    kvq_layer *ly = &m->layers[l];
+    const int d = hp->n_embd, q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    char name[256];
+    kvq_status s;
+    snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+    if ((s = load_norm(m, L, name, &ly->attn_norm))) return s;
+    if (!hp->parallel_block) {
+        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+        if ((s = load_norm(m, L, name, &ly->ffn_norm))) return s;
+    }
+    if (hp->qk_norm) {
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", l);
+        if ((s = load_dense(m, L, name, hp->n_head, hp->head_dim, &ly->q_norm))) return s;
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.k_norm.weight", l);
+        if ((s = load_dense(m, L, name, hp->n_head_kv, hp->head_dim, &ly->k_norm))) return s;
+    }
+    const int rows[KVQ_LIN_COUNT] = {q_dim, kv_dim, kv_dim, d, hp->n_ff, hp->n_ff, d};
+    const int cols[KVQ_LIN_COUNT] = {d, d, d, q_dim, d, d, hp->n_ff};
+    for (int k = 0; k < KVQ_LIN_COUNT; k++) {
+        int r = rows[k];
+        const char *lname = g_lin_names[k];
+        if (hp->fused_qkv) { /* Phi-3: one matrix for q|k|v and one for gate|up, split by output rows */
+            if (k == KVQ_LIN_K || k == KVQ_LIN_V || k == KVQ_LIN_UP) continue;
+            if (k == KVQ_LIN_Q) lname = "self_attn.qkv_proj", r = q_dim + 2 * kv_dim;
+            if (k == KVQ_LIN_GATE) lname = "mlp.gate_up_proj", r = 2 * hp->n_ff;
+        }
+        if (hp->n_expert && k >= KVQ_LIN_GATE) continue;
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, lname);
+        if ((s = load_linear(m, L, name, r, cols[k], &ly->lin[k]))) return s;
+    }
+    return hp->n_expert ? load_experts(m, L, l, ly) : KVQ_OK;
+}
+
 kvq_status kvq_model_load_weights(kvq_model *m, const char *dir, const kvq_st *st) {
     const kvq_hparams *hp = &m->hp;
     /* ids the tokenizer can produce must have embedding rows (config may pad past the tokenizer) */
@@ -185,37 +277,25 @@ kvq_status kvq_model_load_weights(kvq_model *m, const char *dir, const kvq_st *s
         return kvq_fail(KVQ_ERR_FORMAT, "%s/tokenizer.json: %d token ids, but config.json vocab_size is %d", dir,
                         kvq_vocab_size(m->tok), hp->n_vocab);
     loader L = {st, hp};
-    int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     kvq_status s;
+    if (hp->norm_plus_one) {
+        m->owned_cap = (size_t)(2 * hp->n_layer + 1) * hp->n_embd;
+        m->owned = malloc(sizeof(float) * m->owned_cap);
+        if (!m->owned) return kvq_fail(KVQ_ERR_NOMEM, "out of memory for %d layers' norms", hp->n_layer);
+    }
     int tied = hp->tie_embeddings && !kvq_st_find(st, "lm_head.weight");
     kvq_weight_desc ed;
     if ((s = dense_desc(&L, "model.embed_tokens.weight", hp->n_vocab, hp->n_embd, &ed))) return s;
     ed.rows_only = !tied; /* untied, the graph reads a few rows per token (get_rows) */
+    m->embed_scale = hp->embed_scale ? embed_normalizer(hp, ed.fmt) : 1.0f;
     if ((s = upload(m, &ed, &m->embed))) return s;
     m->embed_bytes = m->weight_bytes;
-    if ((s = load_dense(m, &L, "model.norm.weight", 0, hp->n_embd, &m->out_norm))) return s;
-    if (tied) {
-        m->lm_head = m->embed;
-    } else {
-        kvq_weight_desc d;
-        if ((s = linear_desc(&L, "lm_head", hp->n_vocab, hp->n_embd, &d)) || (s = upload(m, &d, &m->lm_head))) return s;
-    }
+    if ((s = load_norm(m, &L, "model.norm.weight", &m->out_norm))) return s;
+    if (tied) m->lm_head = m->embed;
+    else if ((s = load_linear(m, &L, "lm_head", hp->n_vocab, hp->n_embd, &m->lm_head))) return s;
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return kvq_fail(KVQ_ERR_NOMEM, "out of memory for %d layers", hp->n_layer);
-    const int rows[KVQ_LIN_COUNT] = {q_dim, kv_dim, kv_dim, hp->n_embd, hp->n_ff, hp->n_ff, hp->n_embd};
-    const int cols[KVQ_LIN_COUNT] = {hp->n_embd, hp->n_embd, hp->n_embd, q_dim, hp->n_embd, hp->n_embd, hp->n_ff};
-    char name[256];
-    for (int l = 0; l < hp->n_layer; l++) {
-        kvq_layer *ly = &m->layers[l];
-        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
-        if ((s = load_dense(m, &L, name, 0, hp->n_embd, &ly->attn_norm))) return s;
-        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
-        if ((s = load_dense(m, &L, name, 0, hp->n_embd, &ly->ffn_norm))) return s;
-        for (int k = 0; k < KVQ_LIN_COUNT; k++) {
-            kvq_weight_desc d;
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, g_lin_names[k]);
-            if ((s = linear_desc(&L, name, rows[k], cols[k], &d)) || (s = upload(m, &d, &ly->lin[k]))) return s;
-        }
-    }
+    for (int l = 0; l < hp->n_layer; l++)
+        if ((s = load_layer(m, &L, l))) return s;
     return KVQ_OK;
 }
