@@ -76,7 +76,8 @@ kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_c
         ok = c->router_host && c->route && c->route_w;
         if (!ok) kvq_fail(KVQ_ERR_NOMEM, "out of memory for the experts' routes");
     }
-    if (ok) ok = (c->logits = be->buf_new(m->bctx, (p.logits_all ? nb : sizeof(float)) * hp->n_vocab)) != NULL;
+    c->logits_buf_rows = p.logits_all ? p.n_batch : 1;
+    if (ok) ok = (c->logits = be->buf_new(m->bctx, sizeof(float) * (size_t)c->logits_buf_rows * hp->n_vocab)) != NULL;
     c->logits_host = malloc(sizeof(float) * hp->n_vocab);
     c->logits_cap = 1;
     if (!ok || !c->logits_host) {
@@ -102,7 +103,7 @@ void kvq_context_free(kvq_context *c) {
     free(c);
 }
 
-kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n) {
+static kvq_status check_tokens(const kvq_context *c, const int32_t *ids, int n) {
     const kvq_hparams *hp = &c->m->hp;
     if (n <= 0 || !ids) return kvq_fail(KVQ_ERR_ARG, "kvq_eval: no tokens");
     if (n > c->p.n_ctx - c->n_past)
@@ -111,6 +112,13 @@ kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n) {
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= hp->n_vocab)
             return kvq_fail(KVQ_ERR_ARG, "token id %d is outside the vocabulary (0..%d)", ids[i], hp->n_vocab - 1);
+    return KVQ_OK;
+}
+
+kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n) {
+    const kvq_hparams *hp = &c->m->hp;
+    kvq_status cs = check_tokens(c, ids, n);
+    if (cs) return cs;
     int rows = c->p.logits_all ? n : 1;
     if (rows > c->logits_cap) {
         float *nl = realloc(c->logits_host, sizeof(float) * (size_t)rows * hp->n_vocab);
@@ -121,7 +129,8 @@ kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n) {
     for (int done = 0; done < n;) {
         int nb = n - done < c->p.n_batch ? n - done : c->p.n_batch;
         float *dst = c->p.logits_all ? c->logits_host + (size_t)done * hp->n_vocab : c->logits_host;
-        kvq_status s = kvq_graph_forward(c, ids + done, nb, dst);
+        kvq_graph_seq seq = {c, 0, nb};
+        kvq_status s = kvq_graph_forward(c, &seq, 1, ids + done, nb, dst);
         if (s) {
             c->logits_rows = 0;
             return s;
@@ -133,15 +142,54 @@ kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n) {
     return KVQ_OK;
 }
 
+/* One forward for all contexts when their tokens fit ctx[0]'s batch: the weights stream once
+ * for every context's rows. Otherwise (or with logits_all) one context after the other. */
 kvq_status kvq_eval_batch(kvq_context *const *ctx, const int32_t *const *ids, const int *n, int count) {
     if (count <= 0 || !ctx || !ids || !n) return kvq_fail(KVQ_ERR_ARG, "kvq_eval_batch: nothing to evaluate");
-    for (int i = 0; i < count; i++)
-        if (!ctx[i] || ctx[i]->m != ctx[0]->m) return kvq_fail(KVQ_ERR_ARG, "kvq_eval_batch: contexts must share one model");
+    int total = 0, any_all = 0;
+    kvq_status s;
     for (int i = 0; i < count; i++) {
-        kvq_status s = kvq_eval(ctx[i], ids[i], n[i]);
-        if (s) return s;
+        if (!ctx[i] || ctx[i]->m != ctx[0]->m) return kvq_fail(KVQ_ERR_ARG, "kvq_eval_batch: contexts must share one model");
+        for (int j = 0; j < i; j++)
+            if (ctx[j] == ctx[i]) return kvq_fail(KVQ_ERR_ARG, "kvq_eval_batch: context %d is also context %d", i, j);
+        if ((s = check_tokens(ctx[i], ids[i], n[i]))) return s;
+        if (n[i] > ctx[i]->p.n_batch) any_all = 1;
+        any_all |= ctx[i]->p.logits_all;
+        total += n[i];
     }
-    return KVQ_OK;
+    kvq_context *c = ctx[0];
+    if (count == 1 || any_all || total > c->p.n_batch) {
+        for (int i = 0; i < count; i++)
+            if ((s = kvq_eval(ctx[i], ids[i], n[i]))) return s;
+        return KVQ_OK;
+    }
+    const kvq_model *m = c->m;
+    const int nv = m->hp.n_vocab;
+    if (count > c->logits_buf_rows) {
+        kvq_buf *nb = m->be->buf_new(m->bctx, sizeof(float) * (size_t)count * nv);
+        if (!nb) return KVQ_ERR_NOMEM;
+        m->be->buf_free(m->bctx, c->logits);
+        c->logits = nb;
+        c->logits_buf_rows = count;
+    }
+    kvq_graph_seq *seqs = malloc(sizeof *seqs * (size_t)count);
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)total);
+    float *dst = malloc(sizeof(float) * (size_t)count * nv);
+    s = seqs && all && dst ? KVQ_OK : kvq_fail(KVQ_ERR_NOMEM, "out of memory for a batch of %d contexts", count);
+    for (int i = 0, r = 0; !s && i < count; r += n[i], i++) {
+        seqs[i] = (kvq_graph_seq){ctx[i], r, n[i]};
+        memcpy(all + r, ids[i], sizeof(int32_t) * (size_t)n[i]);
+    }
+    if (!s) s = kvq_graph_forward(c, seqs, count, all, total, dst);
+    for (int i = 0; i < count; i++) {
+        if (!s) {
+            memcpy(ctx[i]->logits_host, dst + (size_t)i * nv, sizeof(float) * nv);
+            ctx[i]->n_past += n[i];
+        }
+        ctx[i]->logits_rows = s ? 0 : 1;
+    }
+    free(seqs), free(all), free(dst);
+    return s;
 }
 
 int kvq_n_past(const kvq_context *c) { return c->n_past; }

@@ -25,13 +25,23 @@ struct kvq_context {
     float *router_host;        /* router logits on the host [n_batch][n_expert] */
     int32_t *route;            /* expert of each (token, slot) [n_batch * used] */
     float *route_w;            /* its weight in the token's mix */
-    kvq_buf *logits; /* [n_batch or 1][n_vocab] */
+    kvq_buf *logits; /* [logits_buf_rows][n_vocab] */
+    int logits_buf_rows;
     float *logits_host;   /* rows of the last kvq_eval call */
     int logits_rows, logits_cap;
 };
 
-/* graph.c: one forward pass over n <= n_batch tokens at positions n_past..; the
- * logits of the last row (or of every row with logits_all) go to dst. */
-kvq_status kvq_graph_forward(kvq_context *c, const int32_t *ids, int n, float *dst);
+/* One context's share of a forward pass: rows row0 .. row0+n-1 of the activations. */
+typedef struct {
+    kvq_context *c;
+    int row0, n;
+} kvq_graph_seq;
+
+/* graph.c: one forward pass over n <= c->p.n_batch rows in c's activation buffers, made of
+ * the tokens of one or more contexts (seqs, in row order; c itself first, at row 0). Each
+ * context's rows go to its own cache at its positions n_past.. (n_past is not advanced).
+ * Logits into dst: every row when there is one sequence and c->p.logits_all is set, else the
+ * last row of each sequence (c->logits must hold n_seq rows). */
+kvq_status kvq_graph_forward(kvq_context *c, const kvq_graph_seq *seqs, int n_seq, const int32_t *ids, int n, float *dst);
 
 #endif

@@ -43,27 +43,39 @@ static void qkv_projections(kvq_context *c, const kvq_layer *L, const kvq_buf *h
     be->copy_rows(b, c->fused, qd + kvd, row, c->v, 0, kvd, kvd, n);
 }
 
-/* x += attention(h)·Wo for layer l, tokens at positions n_past.. */
-static void attention_block(kvq_context *c, int l, const kvq_buf *h, int n) {
+/* x += attention(h)·Wo for layer l. Each sequence's rows attend over its own context's cache at
+ * that context's positions; rows of other contexts pass through those contexts' buffers. */
+static void attention_block(kvq_context *c, const kvq_graph_seq *seqs, int n_seq, int l, const kvq_buf *h, int n) {
     const kvq_model *m = c->m;
     const kvq_hparams *hp = &m->hp;
     const kvq_layer *L = &m->layers[l];
     const kvq_backend *be = m->be;
     kvq_bctx *b = m->bctx;
-    const int pos0 = c->n_past, mode = hp->rope_pairs ? KVQ_ROPE_PAIRS : KVQ_ROPE_HALF;
-    const kvq_attn_desc ad = {
-        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-        .scale = c->attn_scale, .window = hp->sliding_window,
-    };
+    const int mode = hp->rope_pairs ? KVQ_ROPE_PAIRS : KVQ_ROPE_HALF;
+    const size_t qd = (size_t)hp->n_head * hp->head_dim * sizeof(float), kvd = (size_t)hp->n_head_kv * hp->head_dim * sizeof(float);
     qkv_projections(c, L, h, n);
     if (hp->qk_norm) {
         be->layer_norm(b, c->q, L->q_norm, c->q, n * hp->n_head, hp->head_dim, hp->rms_eps, hp->n_head);
         be->layer_norm(b, c->k, L->k_norm, c->k, n * hp->n_head_kv, hp->head_dim, hp->rms_eps, hp->n_head_kv);
     }
-    be->rope(b, c->q, n, hp->n_head, hp->head_dim, pos0, c->rope_freqs, mode);
-    be->rope(b, c->k, n, hp->n_head_kv, hp->head_dim, pos0, c->rope_freqs, mode);
-    be->kv_store(b, c->kv, l, c->k, c->v, pos0, n);
-    be->attention(b, c->kv, l, &ad, c->q, c->att, pos0, n);
+    for (int i = 0; i < n_seq; i++) {
+        kvq_context *sc = seqs[i].c;
+        const int r0 = seqs[i].row0, ns = seqs[i].n, pos0 = sc->n_past;
+        const kvq_attn_desc ad = {
+            .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+            .scale = sc->attn_scale, .window = hp->sliding_window,
+        };
+        if (sc != c) {
+            be->copy(b, c->q, r0 * qd, sc->q, 0, ns * qd);
+            be->copy(b, c->k, r0 * kvd, sc->k, 0, ns * kvd);
+            be->copy(b, c->v, r0 * kvd, sc->v, 0, ns * kvd);
+        }
+        be->rope(b, sc->q, ns, hp->n_head, hp->head_dim, pos0, sc->rope_freqs, mode);
+        be->rope(b, sc->k, ns, hp->n_head_kv, hp->head_dim, pos0, sc->rope_freqs, mode);
+        be->kv_store(b, sc->kv, l, sc->k, sc->v, pos0, ns);
+        be->attention(b, sc->kv, l, &ad, sc->q, sc->att, pos0, ns);
+        if (sc != c) be->copy(b, sc->att, 0, c->att, r0 * qd, ns * qd);
+    }
     be->matmul(b, L->lin[KVQ_LIN_O], c->att, c->xo, n);
     be->add(b, c->x, c->xo, (size_t)n * hp->n_embd);
 }
@@ -149,12 +161,12 @@ kvq_status kvq_graph_check_backend(const kvq_hparams *hp, const kvq_backend *be)
     return KVQ_OK;
 }
 
-kvq_status kvq_graph_forward(kvq_context *c, const int32_t *ids, int n, float *dst) {
+kvq_status kvq_graph_forward(kvq_context *c, const kvq_graph_seq *seqs, int n_seq, const int32_t *ids, int n, float *dst) {
     const kvq_model *m = c->m;
     const kvq_hparams *hp = &m->hp;
     const kvq_backend *be = m->be;
     kvq_bctx *b = m->bctx;
-    const int d = hp->n_embd;
+    const size_t d = (size_t)hp->n_embd;
     kvq_status s;
 
     be->get_rows(b, m->embed, ids, n, c->x);
@@ -162,17 +174,21 @@ kvq_status kvq_graph_forward(kvq_context *c, const int32_t *ids, int n, float *d
     for (int l = 0; l < hp->n_layer; l++) {
         const kvq_layer *L = &m->layers[l];
         norm(c, L->attn_norm, c->x, c->xb, n);
-        attention_block(c, l, c->xb, n);
+        attention_block(c, seqs, n_seq, l, c->xb, n);
         /* parallel blocks (Cohere) feed the FFN the attention's input h, not a new norm of x */
         if (!hp->parallel_block) norm(c, L->ffn_norm, c->x, c->xb, n);
         if (!hp->n_expert) ffn_dense(c, L, c->xb, n);
         else if ((s = ffn_moe(c, L, c->xb, n))) return s;
     }
 
-    /* LM head: every row for perplexity, otherwise only the last one. */
-    int rows = c->p.logits_all ? n : 1;
-    if (!c->p.logits_all && n > 1)
-        be->copy(b, c->x, (size_t)(n - 1) * d * sizeof(float), c->x, 0, (size_t)d * sizeof(float));
+    /* LM head: every row for perplexity, otherwise the last row of each sequence, moved to
+     * row i (in order: a later sequence's last row lies past every row written before it). */
+    int rows = c->p.logits_all && n_seq == 1 ? n : n_seq;
+    if (rows != n)
+        for (int i = 0; i < n_seq; i++) {
+            size_t last = (size_t)(seqs[i].row0 + seqs[i].n - 1);
+            if (last != (size_t)i) be->copy(b, c->x, last * d * sizeof(float), c->x, (size_t)i * d * sizeof(float), d * sizeof(float));
+        }
     norm(c, m->out_norm, c->x, c->xb, rows);
     be->matmul(b, m->lm_head, c->xb, c->logits, rows);
     size_t count = (size_t)rows * hp->n_vocab;

@@ -170,6 +170,49 @@ static void test_batch_vs_single(void **state) {
     kvq_context_free(three);
 }
 
+/* kvq_eval_batch: three contexts at different depths (one still taking prompt tokens) stepped
+ * together give each context the logits it gets alone, step after step. */
+static void test_eval_batch(void **state) {
+    fixture *f = *state;
+    TU_NEED_FIXTURE(f);
+    enum { N = 3, STEPS = 4 };
+    kvq_context *alone[N], *batch[N];
+    const int start[N] = {f->n_prompt, 3, 7};
+    for (int i = 0; i < N; i++) {
+        alone[i] = new_ctx(f->m, KVQ_CACHE_F32, 8);
+        batch[i] = new_ctx(f->m, KVQ_CACHE_F32, 8);
+        assert_int_equal(kvq_eval(alone[i], f->prompt, start[i]), KVQ_OK);
+        assert_int_equal(kvq_eval(batch[i], f->prompt, start[i]), KVQ_OK);
+    }
+    double worst = 0;
+    for (int step = 0; step < STEPS; step++) {
+        const int32_t *ids[N];
+        int n[N];
+        int32_t next[N];
+        for (int i = 0; i < N; i++) {
+            /* context 1 takes two prompt tokens per step, the others one greedy token */
+            n[i] = i == 1 ? 2 : 1;
+            next[i] = f->greedy[step];
+            ids[i] = i == 1 ? f->prompt + kvq_n_past(alone[i]) : &next[i];
+            assert_int_equal(kvq_eval(alone[i], ids[i], n[i]), KVQ_OK);
+        }
+        assert_int_equal(kvq_eval_batch(batch, ids, n, N), KVQ_OK);
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(kvq_n_past(batch[i]), kvq_n_past(alone[i]));
+            double e = tu_rel_l2(kvq_logits(batch[i]), kvq_logits(alone[i]), (size_t)f->n_vocab);
+            worst = e > worst ? e : worst;
+        }
+    }
+    print_message("%s: batched contexts vs alone, worst rel %.2e\n", f->name, worst);
+    assert_true(worst <= 1e-4);
+    /* refused: a context twice, and contexts of different sizes fall back but still agree */
+    kvq_context *twice[2] = {batch[0], batch[0]};
+    const int32_t *ids2[2] = {f->greedy, f->greedy};
+    int n2[2] = {1, 1};
+    assert_int_equal(kvq_eval_batch(twice, ids2, n2, 2), KVQ_ERR_ARG);
+    for (int i = 0; i < N; i++) kvq_context_free(alone[i]), kvq_context_free(batch[i]);
+}
+
 static void test_context_limits(void **state) {
     fixture *f = *state;
     TU_NEED_FIXTURE(f);
@@ -253,7 +296,8 @@ static void test_lut8(void **state) {
     cmocka_unit_test_setup_teardown(test_logits_f32, setup_##id, teardown),      \
         cmocka_unit_test_setup_teardown(test_logits_f16, setup_##id, teardown),  \
         cmocka_unit_test_setup_teardown(test_greedy, setup_##id, teardown),      \
-        cmocka_unit_test_setup_teardown(test_batch_vs_single, setup_##id, teardown)
+        cmocka_unit_test_setup_teardown(test_batch_vs_single, setup_##id, teardown), \
+        cmocka_unit_test_setup_teardown(test_eval_batch, setup_##id, teardown)
 
 int main(void) {
     g_backend = getenv("KVQ_TEST_BACKEND");
