@@ -123,6 +123,9 @@ KVQ_API const char *kvq_backend_names(void);
 /* Bytes of weights one decoded token streams: all of them but the embedding
  * table, of which it reads one row (a tied table counts, as the LM head). */
 KVQ_API size_t kvq_model_weight_bytes(const kvq_model *m);
+/* Weight bytes one decoded token reads: kvq_model_weight_bytes, except that a mixture of
+ * experts counts only the experts a token uses (Mixtral: 2 of 8). */
+KVQ_API size_t kvq_model_step_bytes(const kvq_model *m);
 /* One-line human description (architecture, sizes, weight format). */
 KVQ_API const char *kvq_model_desc(const kvq_model *m);
 

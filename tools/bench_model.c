@@ -18,9 +18,10 @@ static const char *P = "kvq-bench model";
 
 static int usage(FILE *f) {
     fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [--device D] [--aqlm-cb8] [--aqlm-lut8]\n"
-               "       kvq-bench model --synthetic llama2-7b|llama3-8b|mistral-7b --scheme 2x8|1x16 [--synthetic-dir D]\n"
+               "       kvq-bench model --synthetic NAME --scheme 2x8|1x16 [--synthetic-dir D]\n"
                "  -m      model directory (default: the demo model)\n"
-               "  --synthetic  a real-shape AQLM checkpoint with random codes, written once under D\n"
+               "  --synthetic  a real-shape AQLM checkpoint with random codes, written once under D: llama2-7b,\n"
+               "          llama2-13b, llama3-8b, mistral-7b, mixtral-8x7b, command-r, gemma-2b, phi3-mini, qwen2-7b\n"
                "          (default $TMPDIR/kvq-synth) and loaded from there; defaults -p 512 -n 32 --reps 1\n"
                "  -p      prompt tokens (default 256), -n decoded tokens (default 128)\n"
                "  -t      threads (default: all cores), --reps passes, best is reported (default 3)\n"
@@ -173,7 +174,7 @@ int kvq_bench_model(int argc, char **argv) {
     }
     free(big);
     double bw = kvq_bench_model_bw_gbs(m, threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
-    double wbytes = (double)kvq_model_weight_bytes(m);
+    double wbytes = (double)kvq_model_step_bytes(m); /* a mixture of experts reads only the experts it picks */
     double kv_avg = (double)kvq_kv_bytes_total(c) * ((double)pp + (double)tg / 2) / (double)(pp + tg);
     double tok_bytes = wbytes + kv_avg, tg_tps = (double)tg / best_tg;
     printf("model: %s\n", kvq_model_desc(m));

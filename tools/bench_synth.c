@@ -21,20 +21,32 @@
 #include "util.h"
 
 typedef struct {
-    const char *name, *arch;
+    const char *name, *arch, *model_type;
     int n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab, n_ctx;
     double rope_theta;
     int sliding_window;
+    int head_dim;            /* 0: n_embd / n_head */
+    int n_expert, n_expert_used;
+    int tied;                /* no lm_head tensor */
+    int cohere, gemma, phi3, qwen2; /* the family's own layout and config fields */
 } synth_shape;
 
+/* Shapes of the published checkpoints (config.json of each). */
 static const synth_shape SHAPES[] = {
-    {"llama2-7b", "LlamaForCausalLM", 4096, 11008, 32, 32, 32, 32000, 4096, 10000.0, 0},
-    {"llama3-8b", "LlamaForCausalLM", 4096, 14336, 32, 32, 8, 128256, 8192, 500000.0, 0},
-    {"mistral-7b", "MistralForCausalLM", 4096, 14336, 32, 32, 8, 32000, 32768, 10000.0, 4096},
+    {"llama2-7b", "LlamaForCausalLM", "llama", 4096, 11008, 32, 32, 32, 32000, 4096, 10000.0, 0, .tied = 0},
+    {"llama2-13b", "LlamaForCausalLM", "llama", 5120, 13824, 40, 40, 40, 32000, 4096, 10000.0, 0, .tied = 0},
+    {"llama3-8b", "LlamaForCausalLM", "llama", 4096, 14336, 32, 32, 8, 128256, 8192, 500000.0, 0, .tied = 0},
+    {"mistral-7b", "MistralForCausalLM", "mistral", 4096, 14336, 32, 32, 8, 32000, 32768, 10000.0, 4096, .tied = 0},
+    {"mixtral-8x7b", "MixtralForCausalLM", "mixtral", 4096, 14336, 32, 32, 8, 32000, 32768, 1e6, 0, .n_expert = 8, .n_expert_used = 2},
+    {"command-r", "CohereForCausalLM", "cohere", 8192, 22528, 40, 64, 64, 256000, 131072, 8e6, 0, .tied = 1, .cohere = 1},
+    {"gemma-2b", "GemmaForCausalLM", "gemma", 2048, 16384, 18, 8, 1, 256000, 8192, 10000.0, 0, .head_dim = 256, .tied = 1, .gemma = 1},
+    {"phi3-mini", "Phi3ForCausalLM", "phi3", 3072, 8192, 32, 32, 32, 32064, 4096, 10000.0, 2047, .phi3 = 1},
+    {"qwen2-7b", "Qwen2ForCausalLM", "qwen2", 3584, 18944, 28, 28, 4, 152064, 32768, 1e6, 0, .qwen2 = 1},
 };
+#define SHAPE_NAMES "llama2-7b, llama2-13b, llama3-8b, mistral-7b, mixtral-8x7b, command-r, gemma-2b, phi3-mini, qwen2-7b"
 
 /* Bumped whenever the written layout changes, so stale directories are rewritten. */
-#define SYNTH_VERSION "kvq-synth 1"
+#define SYNTH_VERSION "kvq-synth 2"
 /* Shards of about this many bytes, like the HF exports. */
 #define SHARD_BYTES ((size_t)1 << 30)
 
@@ -87,27 +99,63 @@ static int add_linear(spec_list *L, const char prefix[static 1], int rows, int c
 }
 
 static int build_specs(const synth_shape *s, int M, int nbits, spec_list *L) {
+    const int hd = s->head_dim ? s->head_dim : s->n_embd / s->n_head;
     int64_t emb[2] = {s->n_vocab, s->n_embd}, vec[1] = {s->n_embd};
-    int q = s->n_head * (s->n_embd / s->n_head), kv = s->n_head_kv * (s->n_embd / s->n_head);
+    const int q = s->n_head * hd, kv = s->n_head_kv * hd, d = s->n_embd, ff = s->n_ff;
     if (add(L, "model.embed_tokens.weight", "F16", 2, emb, 0, 1.0)) return -1;
-    char p[128], nm[160];
+    char p[32], nm[180];
     for (int l = 0; l < s->n_layer; l++) {
         snprintf(p, sizeof p, "model.layers.%d", l);
         snprintf(nm, sizeof nm, "%s.input_layernorm.weight", p);
         if (add(L, nm, "F16", 1, vec, 1, 1.0)) return -1;
         snprintf(nm, sizeof nm, "%s.post_attention_layernorm.weight", p);
-        if (add(L, nm, "F16", 1, vec, 1, 1.0)) return -1;
-        const char *lin[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                              "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
-        const int rows[7] = {q, kv, kv, s->n_embd, s->n_ff, s->n_ff, s->n_embd};
-        const int cols[7] = {s->n_embd, s->n_embd, s->n_embd, q, s->n_embd, s->n_embd, s->n_ff};
-        for (int k = 0; k < 7; k++) {
-            snprintf(nm, sizeof nm, "%s.%s", p, lin[k]);
-            if (add_linear(L, nm, rows[k], cols[k], M, nbits)) return -1;
+        if (!s->cohere && add(L, nm, "F16", 1, vec, s->gemma ? 0 : 1, 0.1)) return -1;
+        /* attention */
+        if (s->phi3) {
+            snprintf(nm, sizeof nm, "%s.self_attn.qkv_proj", p);
+            if (add_linear(L, nm, q + 2 * kv, d, M, nbits)) return -1;
+        } else {
+            const char *qkv[3] = {"q_proj", "k_proj", "v_proj"};
+            const int rows[3] = {q, kv, kv};
+            for (int k = 0; k < 3; k++) {
+                snprintf(nm, sizeof nm, "%s.self_attn.%s", p, qkv[k]);
+                if (add_linear(L, nm, rows[k], d, M, nbits)) return -1;
+                int64_t bs[1] = {rows[k]};
+                snprintf(nm, sizeof nm, "%s.self_attn.%s.bias", p, qkv[k]);
+                if (s->qwen2 && add(L, nm, "F16", 1, bs, 0, 0.1)) return -1;
+            }
+        }
+        snprintf(nm, sizeof nm, "%s.self_attn.o_proj", p);
+        if (add_linear(L, nm, d, q, M, nbits)) return -1;
+        /* FFN */
+        if (s->n_expert) {
+            int64_t rs[2] = {s->n_expert, d};
+            snprintf(nm, sizeof nm, "%s.block_sparse_moe.gate.weight", p);
+            if (add(L, nm, "F16", 2, rs, 0, 1.0 / __builtin_sqrt((double)d))) return -1;
+            for (int e = 0; e < s->n_expert; e++) {
+                const char *w[3] = {"w1", "w3", "w2"};
+                const int rows[3] = {ff, ff, d}, cols[3] = {d, d, ff};
+                for (int k = 0; k < 3; k++) {
+                    snprintf(nm, sizeof nm, "%s.block_sparse_moe.experts.%d.%s", p, e, w[k]);
+                    if (add_linear(L, nm, rows[k], cols[k], M, nbits)) return -1;
+                }
+            }
+        } else if (s->phi3) {
+            snprintf(nm, sizeof nm, "%s.mlp.gate_up_proj", p);
+            if (add_linear(L, nm, 2 * ff, d, M, nbits)) return -1;
+            snprintf(nm, sizeof nm, "%s.mlp.down_proj", p);
+            if (add_linear(L, nm, d, ff, M, nbits)) return -1;
+        } else {
+            const char *mlp[3] = {"gate_proj", "up_proj", "down_proj"};
+            const int rows[3] = {ff, ff, d}, cols[3] = {d, d, ff};
+            for (int k = 0; k < 3; k++) {
+                snprintf(nm, sizeof nm, "%s.mlp.%s", p, mlp[k]);
+                if (add_linear(L, nm, rows[k], cols[k], M, nbits)) return -1;
+            }
         }
     }
-    if (add(L, "model.norm.weight", "F16", 1, vec, 1, 1.0)) return -1;
-    return add(L, "lm_head.weight", "F16", 2, emb, 0, 1.0 / __builtin_sqrt((double)s->n_embd));
+    if (add(L, "model.norm.weight", "F16", 1, vec, s->gemma ? 0 : 1, 0.1)) return -1;
+    return s->tied ? 0 : add(L, "lm_head.weight", "F16", 2, emb, 0, 1.0 / __builtin_sqrt((double)s->n_embd));
 }
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
@@ -194,15 +242,21 @@ static int write_config(const char *path, const synth_shape *s, int M, int nbits
             "{\"architectures\":[\"%s\"],\"model_type\":\"%s\",\"hidden_size\":%d,\"intermediate_size\":%d,"
             "\"num_hidden_layers\":%d,\"num_attention_heads\":%d,\"num_key_value_heads\":%d,\"vocab_size\":%d,"
             "\"max_position_embeddings\":%d,\"rms_norm_eps\":1e-05,\"rope_theta\":%.1f,\"hidden_act\":\"silu\","
-            "\"tie_word_embeddings\":false,\"torch_dtype\":\"float16\",\"bos_token_id\":1,\"eos_token_id\":2,",
-            s->arch, strcmp(s->arch, "MistralForCausalLM") == 0 ? "mistral" : "llama", s->n_embd, s->n_ff, s->n_layer,
-            s->n_head, s->n_head_kv, s->n_vocab, s->n_ctx, s->rope_theta);
+            "\"tie_word_embeddings\":%s,\"torch_dtype\":\"float16\",\"bos_token_id\":1,\"eos_token_id\":2,",
+            s->arch, s->model_type, s->n_embd, s->n_ff, s->n_layer, s->n_head, s->n_head_kv, s->n_vocab, s->n_ctx,
+            s->rope_theta, s->tied ? "true" : "false");
     if (s->sliding_window) fprintf(f, "\"sliding_window\":%d,", s->sliding_window);
-    fprintf(f,
-            "\"quantization_config\":{\"quant_method\":\"aqlm\",\"in_group_size\":8,\"out_group_size\":1,"
-            "\"num_codebooks\":%d,\"nbits_per_codebook\":%d,"
-            "\"linear_weights_not_to_quantize\":[\"model.embed_tokens.weight\",\"lm_head.weight\"]}}\n",
+    if (s->head_dim) fprintf(f, "\"head_dim\":%d,", s->head_dim);
+    if (s->n_expert) fprintf(f, "\"num_local_experts\":%d,\"num_experts_per_tok\":%d,", s->n_expert, s->n_expert_used);
+    if (s->cohere) fprintf(f, "\"layer_norm_eps\":1e-05,\"logit_scale\":0.0625,\"use_qk_norm\":false,");
+    if (s->gemma) fprintf(f, "\"hidden_activation\":\"gelu_pytorch_tanh\",");
+    if (s->qwen2) fprintf(f, "\"use_sliding_window\":false,");
+    fprintf(f, "\"quantization_config\":{\"quant_method\":\"aqlm\",\"in_group_size\":8,\"out_group_size\":1,"
+               "\"num_codebooks\":%d,\"nbits_per_codebook\":%d,\"linear_weights_not_to_quantize\":[\"model.embed_tokens.weight\"",
             M, nbits);
+    if (!s->tied) fprintf(f, ",\"lm_head.weight\"");
+    for (int l = 0; s->n_expert && l < s->n_layer; l++) fprintf(f, ",\"model.layers.%d.block_sparse_moe.gate.weight\"", l);
+    fprintf(f, "]}}\n");
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -225,7 +279,7 @@ int kvq_bench_synth_dir(const char *name, const char *scheme, const char *root, 
     const synth_shape *s = NULL;
     for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
         if (!strcmp(name, SHAPES[i].name)) s = &SHAPES[i];
-    if (!s) return kvq_tool_die(P, "unknown --synthetic model '%s' (llama2-7b, llama3-8b, mistral-7b)", name);
+    if (!s) return kvq_tool_die(P, "unknown --synthetic model '%s' (" SHAPE_NAMES ")", name);
     int M, nbits;
     if (!strcmp(scheme, "2x8")) M = 2, nbits = 8;
     else if (!strcmp(scheme, "1x16")) M = 1, nbits = 16;

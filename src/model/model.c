@@ -68,6 +68,11 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
              hp->aqlm ? (hp->aqlm_codebooks == 1 && hp->aqlm_nbits == 16 ? "AQLM 1x16" : hp->aqlm_codebooks == 2 && hp->aqlm_nbits == 8 ? "AQLM 2x8" : "AQLM")
                       : "dense",
              (double)m->weight_bytes / (1 << 20));
+    if (hp->n_expert) {
+        size_t len = strlen(m->desc);
+        snprintf(m->desc + len, sizeof m->desc - len, ", %d experts (%d per token: %.1f MiB per step)", hp->n_expert,
+                 hp->n_expert_used, (double)kvq_model_step_bytes(m) / (1 << 20));
+    }
     *out = m;
     return KVQ_OK;
 fail:
@@ -112,6 +117,12 @@ int kvq_model_n_ctx_train(const kvq_model *m) { return m->hp.n_ctx_train; }
 const char *kvq_model_backend_name(const kvq_model *m) { return m->be->describe(m->bctx); }
 const char *kvq_model_backend_note(const kvq_model *m) { return m->backend_note; }
 const char *kvq_model_desc(const kvq_model *m) { return m->desc; }
+size_t kvq_model_step_bytes(const kvq_model *m) {
+    size_t all = kvq_model_weight_bytes(m);
+    if (!m->hp.n_expert) return all;
+    return all - m->expert_bytes + m->expert_bytes / (size_t)m->hp.n_expert * (size_t)m->hp.n_expert_used;
+}
+
 size_t kvq_model_weight_bytes(const kvq_model *m) {
     return m->lm_head == m->embed ? m->weight_bytes : m->weight_bytes - m->embed_bytes;
 }

@@ -36,6 +36,7 @@ struct kvq_model {
     size_t owned_used, owned_cap; /* floats */
     size_t weight_bytes; /* all uploaded weights */
     size_t embed_bytes;  /* of which the embedding table */
+    size_t expert_bytes; /* of which the experts of mixture-of-experts layers */
     kvq_st st;           /* the checkpoint, mapped for the model's lifetime: weights may be used in place */
     char desc[256];
     char backend_note[512]; /* why auto selection passed over a backend ("" if it did not) */

@@ -223,6 +223,7 @@ static kvq_status load_experts(kvq_model *m, const loader *L, int l, kvq_layer *
     if ((s = load_dense(m, L, name, hp->n_expert, hp->n_embd, &ly->router))) return s;
     /* Mixtral's w1 is the gate, w3 the up and w2 the down projection */
     static const char *const wname[KVQ_MOE_COUNT] = {"w1", "w3", "w2"};
+    size_t before = m->weight_bytes;
     const int rows[KVQ_MOE_COUNT] = {hp->n_ff, hp->n_ff, hp->n_embd}, cols[KVQ_MOE_COUNT] = {hp->n_embd, hp->n_embd, hp->n_ff};
     for (int k = 0; k < KVQ_MOE_COUNT; k++) {
         ly->moe[k] = calloc((size_t)hp->n_expert, sizeof(kvq_wt *));
@@ -232,6 +233,7 @@ static kvq_status load_experts(kvq_model *m, const loader *L, int l, kvq_layer *
             if ((s = load_linear(m, L, name, rows[k], cols[k], &ly->moe[k][e]))) return s;
         }
     }
+    m->expert_bytes += m->weight_bytes - before;
     return KVQ_OK;
 }
 
