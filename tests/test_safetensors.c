@@ -142,6 +142,71 @@ static void test_config(void **state) {
     assert_int_not_equal(kvq_hparams_parse("{\"hidden_size\":", "x/config.json", &hp), KVQ_OK);
 }
 
+static const char *FAM_CFG =
+    "{\"architectures\":[\"%s\"],\"hidden_size\":256,\"intermediate_size\":704,\"num_hidden_layers\":2,"
+    "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":1000,\"max_position_embeddings\":4096%s}";
+
+static kvq_status parse_family(const char *arch, const char *extra, kvq_hparams *hp) {
+    char text[4096];
+    snprintf(text, sizeof text, FAM_CFG, arch, extra);
+    return kvq_hparams_parse(text, "fam/config.json", hp);
+}
+
+/* Each family's config turns into the switches its forward needs, with HF's defaults. */
+static void test_family_configs(void **state) {
+    kvq_hparams hp;
+    assert_int_equal(parse_family("MixtralForCausalLM", ",\"num_local_experts\":8,\"num_experts_per_tok\":2", &hp), KVQ_OK);
+    assert_int_equal(hp.family, KVQ_FAM_MIXTRAL);
+    assert_int_equal(hp.n_expert, 8);
+    assert_int_equal(hp.n_expert_used, 2);
+    kvq_hparams_free(&hp);
+    assert_int_equal(parse_family("CohereForCausalLM", ",\"layer_norm_eps\":1e-3,\"use_qk_norm\":true", &hp), KVQ_OK);
+    assert_true(hp.layer_norm && hp.parallel_block && hp.rope_pairs && hp.qk_norm && hp.tie_embeddings);
+    assert_float_equal(hp.rms_eps, 1e-3, 1e-9);
+    assert_float_equal(hp.logit_scale, 0.0625, 1e-9); /* CohereConfig's default */
+    kvq_hparams_free(&hp);
+    assert_int_equal(parse_family("GemmaForCausalLM", ",\"head_dim\":256,\"hidden_act\":\"gelu\"", &hp), KVQ_OK);
+    assert_true(hp.norm_plus_one && hp.gelu && hp.embed_scale && hp.tie_embeddings);
+    assert_int_equal(hp.head_dim, 256);
+    kvq_hparams_free(&hp);
+    assert_int_equal(parse_family("Qwen2ForCausalLM", ",\"sliding_window\":4096,\"use_sliding_window\":false,\"tie_word_embeddings\":true", &hp), KVQ_OK);
+    assert_int_equal(hp.sliding_window, 0);
+    assert_true(hp.tie_embeddings);
+    kvq_hparams_free(&hp);
+    /* Phi-3 longrope: factors by context length, attention factor from the trained lengths */
+    char extra[2048] = ",\"original_max_position_embeddings\":1024,\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[";
+    for (int i = 0; i < 32; i++) snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "%s1.0", i ? "," : "");
+    strcat(extra, "],\"long_factor\":[");
+    for (int i = 0; i < 32; i++) snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "%s%d.0", i ? "," : "", 1 + i);
+    strcat(extra, "]}");
+    assert_int_equal(parse_family("Phi3ForCausalLM", extra, &hp), KVQ_OK);
+    assert_true(hp.fused_qkv);
+    assert_int_equal(hp.rope_scaling, KVQ_ROPE_LONGROPE);
+    assert_float_equal(hp.rope_attn_factor, sqrt(1 + log(4.0) / log(1024.0)), 1e-6);
+    float fs[32], fl[32];
+    kvq_hparams_rope_freqs(&hp, fs, 0);
+    kvq_hparams_rope_freqs(&hp, fl, 1);
+    assert_float_equal(fl[5], fs[5] / 6, 1e-9);
+    kvq_hparams_free(&hp);
+
+    struct { const char *arch, *extra, *needle; } bad[] = {
+        {"MixtralForCausalLM", "", "num_local_experts"},
+        {"MixtralForCausalLM", ",\"num_local_experts\":8,\"num_experts_per_tok\":9", "num_experts_per_tok"},
+        {"GemmaForCausalLM", ",\"hidden_activation\":\"gelu\"", "hidden_activation 'gelu'"},
+        {"Qwen2ForCausalLM", ",\"use_sliding_window\":true", "use_sliding_window"},
+        {"Phi3ForCausalLM", ",\"partial_rotary_factor\":0.5", "partial_rotary_factor"},
+        {"Phi3ForCausalLM", ",\"original_max_position_embeddings\":1024,\"rope_scaling\":{\"type\":\"su\",\"short_factor\":[1],\"long_factor\":[1]}", "short_factor"},
+        {"CohereForCausalLM", ",\"hidden_act\":\"gelu\"", "hidden_act"},
+        {"Gemma2ForCausalLM", "", "Gemma2ForCausalLM"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kvq_status s = parse_family(bad[i].arch, bad[i].extra, &hp);
+        kvq_hparams_free(&hp);
+        if (s == KVQ_OK || !strstr(kvq_last_error(), bad[i].needle) || !strstr(kvq_last_error(), "fam/config.json"))
+            fail_msg("case %zu: status %d message '%s'", i, s, kvq_last_error());
+    }
+}
+
 static void test_llama3_rope(void **state) {
     kvq_hparams hp;
     assert_int_equal(parse_cfg("\"rope_theta\":500000,\"rope_scaling\":{\"factor\":32.0,\"low_freq_factor\":1.0,"
@@ -160,7 +225,7 @@ static void test_llama3_rope(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_header), cmocka_unit_test(test_bad_headers), cmocka_unit_test(test_bad_lengths),
-        cmocka_unit_test(test_missing_file), cmocka_unit_test(test_config),       cmocka_unit_test(test_llama3_rope),
+        cmocka_unit_test(test_missing_file), cmocka_unit_test(test_config),       cmocka_unit_test(test_llama3_rope), cmocka_unit_test(test_family_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
