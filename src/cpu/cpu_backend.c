@@ -2,6 +2,7 @@
  * kernels of cpu_kernels.h. Ops run immediately, so buf_read is a memcpy. */
 #include <math.h>
 #include <omp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +15,20 @@ struct kvq_bctx {
     int aqlm_cb8;  /* kvq_backend_opts.aqlm_cb8, passed to every weight */
     int aqlm_lut8; /* kvq_backend_opts.aqlm_lut8, likewise */
     kvq_status err; /* first failure of an op since the last buf_read (ops cannot fail individually) */
+    char err_msg[256]; /* its message, for buf_read to report */
     char desc[96];
 };
+
+/* Keeps the first failure of an op (and its one-line message) for the next buf_read. */
+static void cpu_error(kvq_bctx *b, kvq_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void cpu_error(kvq_bctx *b, kvq_status s, const char *fmt, ...) {
+    if (b->err) return;
+    b->err = s;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->err_msg, sizeof b->err_msg, fmt, ap);
+    va_end(ap);
+}
 
 struct kvq_buf {
     size_t bytes;
@@ -74,7 +87,7 @@ static kvq_status cpu_buf_read(kvq_bctx *b, const kvq_buf *src, size_t off, void
     if (b->err) {
         kvq_status s = b->err;
         b->err = KVQ_OK;
-        return kvq_fail(s, "cpu backend: out of memory for attention scratch");
+        return kvq_fail(s, "%s", b->err_msg);
     }
     if (off > src->bytes || n > src->bytes - off) return kvq_fail(KVQ_ERR_ARG, "cpu backend: read past buffer end");
     memcpy(dst, (const char *)src->data + off, n);
@@ -262,12 +275,12 @@ static void cpu_matmul_routed(kvq_bctx *b, const kvq_wt *const *w, int n_w, cons
     int *sel = malloc(sizeof(int) * (size_t)n);
     float *xs = kvq_alloc_aligned(sizeof(float) * (size_t)n * cols), *ys = kvq_alloc_aligned(sizeof(float) * (size_t)n * rows);
     if (!sel || !xs || !ys) {
-        b->err = kvq_fail(KVQ_ERR_NOMEM, "matmul_routed: out of memory for %d rows", n);
+        cpu_error(b, KVQ_ERR_NOMEM, "matmul_routed: out of memory for %d rows", n);
         goto done;
     }
     for (int r = 0; r < n; r++)
         if (route[r] < 0 || route[r] >= n_w) {
-            b->err = kvq_fail(KVQ_ERR_ARG, "matmul_routed: route %d names expert %d of %d", r, route[r], n_w);
+            cpu_error(b, KVQ_ERR_ARG, "matmul_routed: route %d names expert %d of %d", r, route[r], n_w);
             goto done;
         }
     for (int e = 0; e < n_w; e++) {
@@ -324,7 +337,8 @@ static void cpu_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq
         .v = kv->v + (size_t)layer * layer_rows * kv->row_v,
         .n_ctx = d->n_ctx,
     };
-    if (kvq_cpu_attention(&args, q->data, out->data, pos0, n, b->n_threads) != 0 && !b->err) b->err = KVQ_ERR_NOMEM;
+    if (kvq_cpu_attention(&args, q->data, out->data, pos0, n, b->n_threads) != 0)
+        cpu_error(b, KVQ_ERR_NOMEM, "cpu backend: out of memory for attention scratch");
 }
 
 const kvq_backend kvq_backend_cpu = {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "util.h"
-#include "vulkan/vk_internal.h"
+#include "vulkan/vk_weights.h"
 
 static const char *type_name(VkPhysicalDeviceType t) {
     switch (t) {
@@ -104,6 +104,25 @@ static void vkb_rms_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf
     vk_dispatch(b, vk_pipe_get(b, name, NULL, 0), bind, 3, &pc, sizeof pc, (uint32_t)n, 1, 1);
 }
 
+/* One workgroup per row; rows past the grid limit go in further dispatches (per-head
+ * q/k norms run n_tokens * n_heads rows). */
+static void vkb_layer_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps, int g_rows) {
+    if (n <= 0 || dim <= 0) return;
+    if (g_rows < 1 || !g->vec || (size_t)g->rows * g->cols != (size_t)g_rows * dim) {
+        vk_error(b, KVQ_ERR_ARG, "vulkan: layer_norm gains of %dx%d for %d rows of %d", g->rows, g->cols, g_rows, dim);
+        return;
+    }
+    if (!count_ok(b, (size_t)n * dim, "layer_norm")) return;
+    const vk_pipe *p = vk_pipe_get(b, b->caps.subgroup_arith ? "layer_norm_sg" : "layer_norm", NULL, 0);
+    vk_bind bind[3] = {vk_whole(x), kvq_vk_weight_vec(g), vk_whole(y)};
+    const uint32_t cap = b->max_groups[0];
+    for (uint32_t row0 = 0; row0 < (uint32_t)n; row0 += cap) {
+        struct { uint32_t dim; float eps; uint32_t g_rows, row0; } pc = {(uint32_t)dim, eps, (uint32_t)g_rows, row0};
+        uint32_t rows = (uint32_t)n - row0 < cap ? (uint32_t)n - row0 : cap;
+        vk_dispatch(b, p, bind, 3, &pc, sizeof pc, rows, 1, 1);
+    }
+}
+
 /* cos/sin of (pos0+t)·inv_freq[i] in double on the host, as the CPU does, staged once per
  * submit for all layers: single-precision angles on the device are off by ~1e-2 at 100k. */
 static vk_bind rope_table(kvq_bctx *b, int n, int half, int pos0, const float *inv_freq) {
@@ -144,6 +163,43 @@ static void elementwise(kvq_bctx *b, const char *shader, kvq_buf *a, const kvq_b
 static void vkb_swiglu(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count) { elementwise(b, "swiglu", gate, up, count); }
 static void vkb_add(kvq_bctx *b, kvq_buf *acc, const kvq_buf *x, size_t count) { elementwise(b, "add", acc, x, count); }
 
+static void vkb_geglu(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count) { elementwise(b, "geglu", gate, up, count); }
+
+static void vkb_scale(kvq_bctx *b, kvq_buf *x, size_t count, float s) {
+    if (!count_ok(b, count, "scale")) return;
+    struct { uint32_t count; float s; } pc = {(uint32_t)count, s};
+    vk_bind bind[1] = {vk_whole(x)};
+    vk_dispatch(b, vk_pipe_get(b, "scale", NULL, 0), bind, 1, &pc, sizeof pc, groups_for(b, count), 1, 1);
+}
+
+static void vkb_add_weighted(kvq_bctx *b, kvq_buf *acc, const kvq_buf *src, const float *wts, int n, int k, int dim) {
+    if (n <= 0 || k <= 0 || dim <= 0) return;
+    if (!count_ok(b, (size_t)n * k * dim, "add_weighted")) return;
+    struct { uint32_t n, k, dim; } pc = {(uint32_t)n, (uint32_t)k, (uint32_t)dim};
+    vk_bind bind[3] = {vk_whole(acc), vk_whole(src), vk_stage(b, wts, sizeof(float) * (size_t)n * k)};
+    vk_dispatch(b, vk_pipe_get(b, "add_weighted", NULL, 0), bind, 3, &pc, sizeof pc, groups_for(b, (size_t)n * dim), 1, 1);
+}
+
+/* One transfer command with a region per row (rows that continue each other join). */
+static void vkb_copy_rows(kvq_bctx *b, const kvq_buf *src, size_t so, size_t ss, kvq_buf *dst, size_t dof, size_t ds,
+                          size_t row_bytes, int rows) {
+    if (rows <= 0 || !row_bytes) return;
+    size_t last = (size_t)(rows - 1); /* offsets that wrap around would pass the bounds check */
+    if ((ss && last > (SIZE_MAX - so) / ss) || (ds && last > (SIZE_MAX - dof) / ds)) {
+        vk_error(b, KVQ_ERR_ARG, "vulkan: copy_rows of %d rows past a buffer's end", rows);
+        return;
+    }
+    VkBufferCopy *reg = malloc(sizeof *reg * (size_t)rows);
+    if (!reg) {
+        vk_error(b, KVQ_ERR_NOMEM, "vulkan: out of host memory for copy_rows of %d rows", rows);
+        return;
+    }
+    for (int r = 0; r < rows; r++)
+        reg[r] = (VkBufferCopy){.srcOffset = so + (size_t)r * ss, .dstOffset = dof + (size_t)r * ds, .size = row_bytes};
+    vk_record_copy_regions(b, src, dst, reg, (uint32_t)rows);
+    free(reg);
+}
+
 static void vkb_copy(kvq_bctx *b, const kvq_buf *src, size_t so, kvq_buf *dst, size_t dof, size_t bytes) {
     vk_record_copy(b, src, so, dst, dof, bytes);
 }
@@ -170,8 +226,14 @@ const kvq_backend kvq_backend_vulkan = {
     .rms_norm = vkb_rms_norm,
     .rope = vkb_rope,
     .swiglu = vkb_swiglu,
+    .geglu = vkb_geglu,
     .add = vkb_add,
+    .scale = vkb_scale,
+    .layer_norm = vkb_layer_norm,
     .copy = vkb_copy,
+    .copy_rows = vkb_copy_rows,
+    .matmul_routed = kvq_vk_matmul_routed,
+    .add_weighted = vkb_add_weighted,
     .kv_store = kvq_vk_kv_store,
     .attention = kvq_vk_attention,
     .flush = vkb_flush,

@@ -414,6 +414,27 @@ void vk_record_copy(kvq_bctx *b, const kvq_buf *src, size_t so, kvq_buf *dst, si
     full_barrier(b);
 }
 
+void vk_record_copy_regions(kvq_bctx *b, const kvq_buf *src, kvq_buf *dst, VkBufferCopy *reg, uint32_t n) {
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        VkBufferCopy c = reg[i];
+        if (!c.size) continue;
+        if (c.srcOffset > src->bytes || c.size > src->bytes - c.srcOffset || c.dstOffset > dst->bytes ||
+            c.size > dst->bytes - c.dstOffset) {
+            vk_error(b, KVQ_ERR_ARG, "vulkan: copy of %llu bytes past a buffer's end", (unsigned long long)c.size);
+            return;
+        }
+        /* a region that continues the previous one on both sides joins it */
+        if (m && reg[m - 1].srcOffset + reg[m - 1].size == c.srcOffset && reg[m - 1].dstOffset + reg[m - 1].size == c.dstOffset)
+            reg[m - 1].size += c.size;
+        else
+            reg[m++] = c;
+    }
+    if (!m || !begin(b)) return;
+    vkCmdCopyBuffer(b->cmd, src->buf, dst->buf, m, reg);
+    full_barrier(b);
+}
+
 kvq_status vk_upload_now(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src, size_t n) {
     /* in ring-sized pieces, each its own submit: big weights need no big staging buffer */
     for (size_t done = 0; done < n;) {

@@ -114,6 +114,10 @@ void kvq_vk_close(kvq_bctx *b);
 kvq_buf *vk_buf_new(kvq_bctx *b, size_t bytes, int host);
 void vk_buf_free(kvq_bctx *b, kvq_buf *x);
 /* Uploads now (own submit + wait, through a staging buffer); for weights at load time. */
+/* Records one copy of many regions (n of them; reg is rewritten: regions that continue
+ * each other are joined). Every region must lie inside both buffers (else an error is
+ * recorded and nothing copied); regions must not overlap when src == dst. */
+void vk_record_copy_regions(kvq_bctx *b, const kvq_buf *src, kvq_buf *dst, VkBufferCopy *reg, uint32_t n);
 kvq_status vk_upload_now(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src, size_t n);
 /* Records a host->device copy ordered with the ops recorded so far (src is copied now). */
 void vk_record_write(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src, size_t n);
@@ -130,7 +134,7 @@ const vk_pipe *vk_pipe_get(kvq_bctx *b, const char *name, const uint32_t *spec, 
 void vk_dispatch(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int n_bind, const void *pc,
                  uint32_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
 /* A persistent device buffer of at least `bytes` for slot 0..7 (grows, submitting pending
- * work first). Slots: 0-3 attention, 4-5 matmul, 6-7 free. NULL + error recorded on failure. */
+ * work first). Slots: 0-3 attention, 4-5 matmul, 6-7 matmul_routed. NULL + error recorded on failure. */
 kvq_buf *vk_scratch(kvq_bctx *b, int slot, size_t bytes);
 /* Remembers the first error of an op (printf-style message, one line). */
 void vk_error(kvq_bctx *b, kvq_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -146,6 +150,13 @@ size_t kvq_vk_weight_bytes(kvq_bctx *b, const kvq_wt *w);
 vk_bind kvq_vk_weight_vec(const kvq_wt *w);
 void kvq_vk_get_rows(kvq_bctx *b, const kvq_wt *w, const int32_t *ids, int n, kvq_buf *out);
 void kvq_vk_matmul(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n);
+/* The same with x and y given as bindings (offsets aligned to b->min_align): rows of x
+ * and y start at the binding's offset. */
+void kvq_vk_matmul_at(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n);
+
+/* ---- vk_moe.c: routed (mixture-of-experts) matmul ---- */
+void kvq_vk_matmul_routed(kvq_bctx *b, const kvq_wt *const *w, int n_w, const kvq_buf *x, kvq_buf *y, int n,
+                          const int32_t *route, int x_div);
 
 /* ---- vk_kv.c: KV cache, kv_store, attention ---- */
 kvq_kvbuf *kvq_vk_kv_new(kvq_bctx *b, const kvq_kv_desc *d);

@@ -25,7 +25,7 @@ static uint32_t target_groups(const kvq_bctx *b) { return b->software ? 8 : 256;
  * and split, written and read) stay within a quarter of the code bytes (16 per chunk). */
 #define MIN_CHUNKS_PER_SPLIT 2
 
-static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {
+static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n) {
     int lut = w->nbits == 8;
     uint32_t spec[4] = {(uint32_t)w->M, (uint32_t)w->ig, (uint32_t)n, (uint32_t)w->nbits};
     const vk_pipe *p = vk_pipe_get(b, lut ? "mm_lut" : "mm_gather", spec, lut ? 3 : 4);
@@ -50,15 +50,15 @@ static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf 
             uint32_t rows_p, row0, rows_total, cols, n_chunks, cps, flags, n;
         } pc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)w->cols,
                 chunks, cps, flags | (part ? 2u : 0u), (uint32_t)n};
-        vk_bind bind[6] = {vk_whole(pc_->buf), vk_whole(w->codebooks), vk_whole(x),
-                           vk_whole(part ? part : y), vk_whole(w->scales), opt(b, w->bias)};
+        vk_bind bind[6] = {vk_whole(pc_->buf), vk_whole(w->codebooks), x,
+                           part ? vk_whole(part) : y, vk_whole(w->scales), opt(b, w->bias)};
         vk_dispatch(b, p, bind, 6, &pc, sizeof pc, gx, nsplit, 1);
         if (part) {
             struct {
                 uint32_t rows_p, row0, rows_total, n, nsplit, flags;
             } rc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)n, nsplit, flags};
             vk_bind rb[6] = {vk_whole(part), vk_whole(b->dummy), vk_whole(b->dummy),
-                             vk_whole(y), vk_whole(w->scales), opt(b, w->bias)};
+                             y, vk_whole(w->scales), opt(b, w->bias)};
             vk_dispatch(b, red, rb, 6, &rc, sizeof rc, cdiv((size_t)pc_->rows, 256), (uint32_t)n, 1);
         }
     }
@@ -69,15 +69,14 @@ typedef struct {
     uint32_t rows_p, row0, rows_total, cols, stride, n, flags;
 } dense_pc;
 
-static void matvec_dense(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {
+static void matvec_dense(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n) {
     uint32_t spec[2] = {kvq_vk_fmt_code(w->fmt), (uint32_t)n};
     const vk_pipe *p = vk_pipe_get(b, "mm_dense_vec", spec, 2);
     for (int i = 0; i < w->n_pieces; i++) {
         const vk_piece *pp = &w->pieces[i];
         dense_pc pc = {(uint32_t)pp->rows, (uint32_t)pp->row0, (uint32_t)w->rows, (uint32_t)w->cols,
                        (uint32_t)w->stride, (uint32_t)n, w->bias ? 1u : 0u};
-        vk_bind bind[6] = {vk_whole(pp->buf), vk_whole(b->dummy), vk_whole(x),
-                           vk_whole(y), vk_whole(b->dummy), opt(b, w->bias)};
+        vk_bind bind[6] = {vk_whole(pp->buf), vk_whole(b->dummy), x, y, vk_whole(b->dummy), opt(b, w->bias)};
         vk_dispatch(b, p, bind, 6, &pc, sizeof pc, cdiv((size_t)pp->rows, DENSE_VEC_ROWS), 1, 1);
     }
 }
@@ -93,7 +92,7 @@ static void fmt_spec(const kvq_wt *w, uint32_t spec[5]) {
     spec[4] = aq ? (uint32_t)w->cs : 1;
 }
 
-static void matmul_tiled(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {
+static void matmul_tiled(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n) {
     uint32_t spec[5];
     fmt_spec(w, spec);
     const vk_pipe *p = vk_pipe_get(b, "mm_tile", spec, 5);
@@ -101,13 +100,12 @@ static void matmul_tiled(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf
         const vk_piece *pp = &w->pieces[i];
         dense_pc pc = {(uint32_t)pp->rows, (uint32_t)pp->row0, (uint32_t)w->rows, (uint32_t)w->cols,
                        (uint32_t)w->stride, (uint32_t)n, w->bias ? 1u : 0u};
-        vk_bind bind[6] = {vk_whole(pp->buf), opt(b, w->codebooks), vk_whole(x),
-                           vk_whole(y), opt(b, w->scales), opt(b, w->bias)};
+        vk_bind bind[6] = {vk_whole(pp->buf), opt(b, w->codebooks), x, y, opt(b, w->scales), opt(b, w->bias)};
         vk_dispatch(b, p, bind, 6, &pc, sizeof pc, cdiv((size_t)pp->rows, TILE), cdiv((size_t)n, TILE), 1);
     }
 }
 
-void kvq_vk_matmul(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {
+void kvq_vk_matmul_at(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n) {
     if (n <= 0) return;
     if (n > VEC_MAX_N)
         matmul_tiled(b, w, x, y, n);
@@ -115,6 +113,10 @@ void kvq_vk_matmul(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, i
         matvec_aqlm(b, w, x, y, n);
     else
         matvec_dense(b, w, x, y, n);
+}
+
+void kvq_vk_matmul(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {
+    kvq_vk_matmul_at(b, w, vk_whole(x), vk_whole(y), n);
 }
 
 void kvq_vk_get_rows(kvq_bctx *b, const kvq_wt *w, const int32_t *ids, int n, kvq_buf *out) {

@@ -86,8 +86,14 @@ size_t kvq_vk_weight_bytes(kvq_bctx *b, const kvq_wt *w) {
     return w ? w->bytes : 0;
 }
 
+/* Norm gains, one row or one per head (q/k norms): the weights that get an f32 copy
+ * (w->vec), as the CPU backend keeps one. */
+static int small_dense(const kvq_weight_desc *d) {
+    return d->rows == 1 || (d->rows <= 128 && (size_t)d->rows * d->cols <= ((size_t)1 << 20));
+}
+
 vk_bind kvq_vk_weight_vec(const kvq_wt *w) {
-    /* only one-row weights (norm gains) carry the f32 copy; anything else is a caller bug,
+    /* only norm gains (small dense weights) carry the f32 copy; anything else is a caller bug,
      * answered with the first piece so the binding is at least valid */
     return w->vec ? vk_whole(w->vec) : vk_whole(w->pieces[0].buf);
 }
@@ -239,9 +245,10 @@ kvq_wt *kvq_vk_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
         if (!(w->bias = f32_buf(b, d, "bias", d->bias_fmt, d->bias, (size_t)d->rows))) goto fail;
         w->bytes += (size_t)d->rows * 4;
     }
-    if (d->rows == 1 && d->fmt != KVQ_W_AQLM) {
-        if (!(w->vec = f32_buf(b, d, "f32 copy", d->fmt, d->data, (size_t)d->cols))) goto fail;
-        w->bytes += (size_t)d->cols * 4;
+    if (d->fmt != KVQ_W_AQLM && small_dense(d)) {
+        size_t count = (size_t)d->rows * d->cols;
+        if (!(w->vec = f32_buf(b, d, "f32 copy", d->fmt, d->data, count))) goto fail;
+        w->bytes += count * 4;
     }
     return w;
 fail:

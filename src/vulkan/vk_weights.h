@@ -29,7 +29,7 @@ struct kvq_wt {
     kvq_buf *codebooks;  /* AQLM: fp16 [M][2^nbits][ig] as in the checkpoint */
     kvq_buf *scales;     /* AQLM: f32 [rows] */
     kvq_buf *bias;       /* f32 [rows] or NULL */
-    kvq_buf *vec;        /* one-row weights: f32 copy for rms_norm, else NULL */
+    kvq_buf *vec;        /* norm gains (small dense weights): f32 [rows][cols] for rms_norm/layer_norm, else NULL */
     size_t bytes;        /* device bytes of all of the above */
 };
 
