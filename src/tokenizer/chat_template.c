@@ -41,6 +41,7 @@ struct kvq_chat_template {
     int phi3_no_system;     /* Phi-3 (first revisions): system messages are skipped */
     int phi3_skip_empty_system; /* Phi-3.5: a system message with empty content is skipped */
     int phi3_user_opens;    /* Phi-3 (first revisions): each user turn ends with '<|assistant|>\n' */
+    int needs_first;        /* the template reads messages[0]: Jinja raises on an empty conversation */
     int gemma_sys_prefix;   /* Gemma 3: the system text opens the first user turn (else: raise) */
     const char *default_sys; /* chatml (Qwen): system message used when none is given */
 };
@@ -179,6 +180,8 @@ static void set_variant(kvq_chat_template *t, const char *text) {
         t->phi3_skip_empty_system = strstr(text, "'system' and message['content']") != NULL;
     }
     t->gemma_sys_prefix = t->fam == F_GEMMA && strstr(text, "first_user_prefix");
+    /* (Qwen's chatml reads messages[0] only inside the loop over the messages) */
+    t->needs_first = t->fam != F_CHATML && strstr(text, "messages[0]") != NULL;
     if (strstr(text, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."))
         t->default_sys = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
     else if (strstr(text, "You are a helpful assistant.") && t->fam == F_CHATML)
@@ -236,6 +239,7 @@ kvq_status kvq_chat_template_load(const char *dir, const char *name, kvq_chat_te
     /* when only the name is given: as the family's published template */
     t->phi3_eos = 1;                    /* Phi-3-mini */
     t->bos_prefix = t->fam == F_GEMMA;  /* gemma-2b-it / gemma-7b-it */
+    t->needs_first = t->fam == F_LLAMA2 || t->fam == F_MISTRAL || t->fam == F_GEMMA || t->fam == F_COMMAND_R;
     /* variant flags only from a template of the same family */
     if (tt && name && kvq_chat_template_detect(tt) && !strcmp(kvq_chat_template_detect(tt), name)) set_variant(t, tt);
     else if (tt && !name) set_variant(t, tt);
@@ -486,6 +490,11 @@ int kvq_chat_render(const kvq_chat_template *t, const kvq_chat_msg *msgs, int n,
     sbuf b = {0};
     puts_(&b, "");
     int r = 0, gen = add_generation_prompt;
+    if (!n && t->needs_first) {
+        free(b.p);
+        kvq_fail(KVQ_ERR_ARG, "chat template: list object has no element 0 (the template reads the first message)");
+        return -1;
+    }
     switch (t->fam) {
     case F_NONE: r = render_none(t, msgs, n, &b); break;
     case F_LLAMA2: r = render_llama2(t, msgs, n, &b); break;
