@@ -264,18 +264,16 @@ static const char *expected_text(const cJSON *cases, const char *tname, const ch
 static void test_tokenize_chat_ids(void **state) {
     (void)state;
     TU_NEED_FIXTURE(tu_fixture("tokenizers/llama3"));
-    static const char *const FAM[][3] = {
-        {"llama2", "llama-2-chat", "--chat-template llama2"},
-        {"llama3", "llama-3-instruct-2404", ""},
-        {"mistral", "mistral-7b-instruct-v0.1", "--chat-template mistral"},
+    static const char *const FAM[][3] = { /* fixture tokenizer, stored template, kvq-tokenize option */
+        {"tokenizers/llama2", "llama-2-chat", "--chat-template llama2"},
+        {"tokenizers/llama3", "llama-3-instruct-2404", ""},
+        {"tokenizers/mistral", "mistral-7b-instruct-v0.1", "--chat-template mistral"},
     };
     static const char *const CONVS[] = {"user", "multi_turn", "system_multi_turn", "spaces", "unicode", "multiline"};
     cJSON *convs = read_json(DATA "/conversations.json"), *cases = read_json(DATA "/expected.json");
     for (int fi = 0; fi < 3; fi++) {
         char dir[1024];
-        snprintf(dir, sizeof dir, "%s", tu_fixture(FAM[fi][0][0] == 'l' && FAM[fi][0][5] == '3' ? "tokenizers/llama3"
-                                                   : FAM[fi][0][0] == 'l'                       ? "tokenizers/llama2"
-                                                                                                : "tokenizers/mistral"));
+        snprintf(dir, sizeof dir, "%s", tu_fixture(FAM[fi][0]));
         for (size_t ci = 0; ci < sizeof CONVS / sizeof *CONVS; ci++) {
             for (int gen = 0; gen < 2; gen++) {
                 const char *want_text = expected_text(cases, FAM[fi][1], CONVS[ci], gen);
