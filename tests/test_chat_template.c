@@ -1,7 +1,10 @@
-/* Chat templates: the rendered text equals what the HF Jinja templates render
- * (expected strings below were rendered from each family's HF template with
- * Jinja2 as transformers configures it), and `kvq-tokenize --chat` gives the ids
- * of that text for the llama2, llama3 and mistral tokenizers. */
+/* Chat templates: kvq's rendering of each published template kept in
+ * tests/data/chat_templates/ equals, byte for byte, what Jinja renders with
+ * transformers' settings (expected.json, written by tools/fixtures/render_templates.py);
+ * where the template raises, kvq refuses the conversation. `kvq-tokenize --chat`
+ * prints the same text (--show-text) and, for the tokenizers in the shared fixtures,
+ * the ids of that text. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,145 +13,136 @@
 #include "kvq.h"
 #include "testutil.h"
 
-typedef struct {
-    const char *family, *conv;
-    int gen;
-    const char *want;
-} tcase;
+#define DATA KVQ_SOURCE_DIR "/tests/data/chat_templates"
 
-/* The conversations: system text and contents carry stray whitespace on purpose
- * (templates differ in what they trim). */
-static const kvq_chat_msg SYS = {"system", "You are a terse assistant.\n"};
-static const kvq_chat_msg U1 = {"user", " What is 2+2? "};
-static const kvq_chat_msg A1 = {"assistant", " It is 4.\n"};
-static const kvq_chat_msg U2 = {"user", "And 3+3?"};
-
-static int conv(const char *name, kvq_chat_msg *m) {
-    int n = 0;
-    if (!strncmp(name, "sys_", 4)) m[n++] = SYS, name += 4;
-    m[n++] = U1;
-    m[n++] = A1;
-    if (!strcmp(name, "three")) m[n++] = U2;
-    return n;
+static cJSON *read_json(const char *path) {
+    char *text = tu_read_file(path, NULL);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!j) fail_msg("%s: not valid JSON", path);
+    return j;
 }
 
-static const tcase CASES[] = {
-    {"llama2", "two", 1, "<s>[INST] What is 2+2? [/INST] It is 4. </s>"},
-    {"llama2", "two", 0, "<s>[INST] What is 2+2? [/INST] It is 4. </s>"},
-    {"llama2", "three", 1, "<s>[INST] What is 2+2? [/INST] It is 4. </s><s>[INST] And 3+3? [/INST]"},
-    {"llama2", "three", 0, "<s>[INST] What is 2+2? [/INST] It is 4. </s><s>[INST] And 3+3? [/INST]"},
-    {"llama2", "sys_two", 1, "<s>[INST] <<SYS>>\nYou are a terse assistant.\n\n<</SYS>>\n\n What is 2+2? [/INST] It is 4. </s>"},
-    {"llama2", "sys_two", 0, "<s>[INST] <<SYS>>\nYou are a terse assistant.\n\n<</SYS>>\n\n What is 2+2? [/INST] It is 4. </s>"},
-    {"llama2", "sys_three", 1, "<s>[INST] <<SYS>>\nYou are a terse assistant.\n\n<</SYS>>\n\n What is 2+2? [/INST] It is 4. </s><s>[INST] And 3+3? [/INST]"},
-    {"llama2", "sys_three", 0, "<s>[INST] <<SYS>>\nYou are a terse assistant.\n\n<</SYS>>\n\n What is 2+2? [/INST] It is 4. </s><s>[INST] And 3+3? [/INST]"},
-    {"mistral", "two", 1, "<s> [INST]  What is 2+2?  [/INST]  It is 4.\n</s>"},
-    {"mistral", "two", 0, "<s> [INST]  What is 2+2?  [/INST]  It is 4.\n</s>"},
-    {"mistral", "three", 1, "<s> [INST]  What is 2+2?  [/INST]  It is 4.\n</s> [INST] And 3+3? [/INST]"},
-    {"mistral", "three", 0, "<s> [INST]  What is 2+2?  [/INST]  It is 4.\n</s> [INST] And 3+3? [/INST]"},
-    {"mistral", "sys_two", 1, "<s> [INST] You are a terse assistant.\n\n\n What is 2+2?  [/INST]  It is 4.\n</s>"},
-    {"mistral", "sys_two", 0, "<s> [INST] You are a terse assistant.\n\n\n What is 2+2?  [/INST]  It is 4.\n</s>"},
-    {"mistral", "sys_three", 1, "<s> [INST] You are a terse assistant.\n\n\n What is 2+2?  [/INST]  It is 4.\n</s> [INST] And 3+3? [/INST]"},
-    {"mistral", "sys_three", 0, "<s> [INST] You are a terse assistant.\n\n\n What is 2+2?  [/INST]  It is 4.\n</s> [INST] And 3+3? [/INST]"},
-    {"llama3", "two", 1, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nIt is 4.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-    {"llama3", "two", 0, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nIt is 4.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-    {"llama3", "three", 1, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nIt is 4.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nAnd 3+3?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-    {"llama3", "three", 0, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nIt is 4.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nAnd 3+3?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-    {"llama3", "sys_two", 1, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a terse assistant.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nIt is 4.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-    {"llama3", "sys_two", 0, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a terse assistant.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nIt is 4.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-    {"llama3", "sys_three", 1, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a terse assistant.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nIt is 4.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nAnd 3+3?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-    {"llama3", "sys_three", 0, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a terse assistant.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nIt is 4.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nAnd 3+3?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-    {"chatml", "two", 1, "<|im_start|>user\n What is 2+2? <|im_end|>\n<|im_start|>assistant\n It is 4.\n<|im_end|>\n<|im_start|>assistant\n"},
-    {"chatml", "two", 0, "<|im_start|>user\n What is 2+2? <|im_end|>\n<|im_start|>assistant\n It is 4.\n<|im_end|>\n"},
-    {"chatml", "three", 1, "<|im_start|>user\n What is 2+2? <|im_end|>\n<|im_start|>assistant\n It is 4.\n<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n"},
-    {"chatml", "three", 0, "<|im_start|>user\n What is 2+2? <|im_end|>\n<|im_start|>assistant\n It is 4.\n<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n"},
-    {"chatml", "sys_two", 1, "<|im_start|>system\nYou are a terse assistant.\n<|im_end|>\n<|im_start|>user\n What is 2+2? <|im_end|>\n<|im_start|>assistant\n It is 4.\n<|im_end|>\n<|im_start|>assistant\n"},
-    {"chatml", "sys_two", 0, "<|im_start|>system\nYou are a terse assistant.\n<|im_end|>\n<|im_start|>user\n What is 2+2? <|im_end|>\n<|im_start|>assistant\n It is 4.\n<|im_end|>\n"},
-    {"chatml", "sys_three", 1, "<|im_start|>system\nYou are a terse assistant.\n<|im_end|>\n<|im_start|>user\n What is 2+2? <|im_end|>\n<|im_start|>assistant\n It is 4.\n<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n"},
-    {"chatml", "sys_three", 0, "<|im_start|>system\nYou are a terse assistant.\n<|im_end|>\n<|im_start|>user\n What is 2+2? <|im_end|>\n<|im_start|>assistant\n It is 4.\n<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n"},
-    {"phi3", "two", 1, "<|user|>\n What is 2+2? <|end|>\n<|assistant|>\n It is 4.\n<|end|>\n<|assistant|>\n"},
-    {"phi3", "two", 0, "<|user|>\n What is 2+2? <|end|>\n<|assistant|>\n It is 4.\n<|end|>\n<|endoftext|>"},
-    {"phi3", "three", 1, "<|user|>\n What is 2+2? <|end|>\n<|assistant|>\n It is 4.\n<|end|>\n<|user|>\nAnd 3+3?<|end|>\n<|assistant|>\n"},
-    {"phi3", "three", 0, "<|user|>\n What is 2+2? <|end|>\n<|assistant|>\n It is 4.\n<|end|>\n<|user|>\nAnd 3+3?<|end|>\n<|endoftext|>"},
-    {"phi3", "sys_two", 1, "<|system|>\nYou are a terse assistant.\n<|end|>\n<|user|>\n What is 2+2? <|end|>\n<|assistant|>\n It is 4.\n<|end|>\n<|assistant|>\n"},
-    {"phi3", "sys_two", 0, "<|system|>\nYou are a terse assistant.\n<|end|>\n<|user|>\n What is 2+2? <|end|>\n<|assistant|>\n It is 4.\n<|end|>\n<|endoftext|>"},
-    {"phi3", "sys_three", 1, "<|system|>\nYou are a terse assistant.\n<|end|>\n<|user|>\n What is 2+2? <|end|>\n<|assistant|>\n It is 4.\n<|end|>\n<|user|>\nAnd 3+3?<|end|>\n<|assistant|>\n"},
-    {"phi3", "sys_three", 0, "<|system|>\nYou are a terse assistant.\n<|end|>\n<|user|>\n What is 2+2? <|end|>\n<|assistant|>\n It is 4.\n<|end|>\n<|user|>\nAnd 3+3?<|end|>\n<|endoftext|>"},
-    {"gemma", "two", 1, "<bos><start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\nIt is 4.<end_of_turn>\n<start_of_turn>model\n"},
-    {"gemma", "two", 0, "<bos><start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\nIt is 4.<end_of_turn>\n"},
-    {"gemma", "three", 1, "<bos><start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\nIt is 4.<end_of_turn>\n<start_of_turn>user\nAnd 3+3?<end_of_turn>\n<start_of_turn>model\n"},
-    {"gemma", "three", 0, "<bos><start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\nIt is 4.<end_of_turn>\n<start_of_turn>user\nAnd 3+3?<end_of_turn>\n"},
-    {"command-r", "two", 1, "<BOS_TOKEN><|START_OF_TURN_TOKEN|><|USER_TOKEN|>What is 2+2?<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>It is 4.<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"},
-    {"command-r", "two", 0, "<BOS_TOKEN><|START_OF_TURN_TOKEN|><|USER_TOKEN|>What is 2+2?<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>It is 4.<|END_OF_TURN_TOKEN|>"},
-    {"command-r", "three", 1, "<BOS_TOKEN><|START_OF_TURN_TOKEN|><|USER_TOKEN|>What is 2+2?<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>It is 4.<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>And 3+3?<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"},
-    {"command-r", "three", 0, "<BOS_TOKEN><|START_OF_TURN_TOKEN|><|USER_TOKEN|>What is 2+2?<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>It is 4.<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>And 3+3?<|END_OF_TURN_TOKEN|>"},
-    {"command-r", "sys_two", 1, "<BOS_TOKEN><|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a terse assistant.\n<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>What is 2+2?<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>It is 4.<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"},
-    {"command-r", "sys_two", 0, "<BOS_TOKEN><|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a terse assistant.\n<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>What is 2+2?<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>It is 4.<|END_OF_TURN_TOKEN|>"},
-    {"command-r", "sys_three", 1, "<BOS_TOKEN><|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a terse assistant.\n<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>What is 2+2?<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>It is 4.<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>And 3+3?<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"},
-    {"command-r", "sys_three", 0, "<BOS_TOKEN><|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a terse assistant.\n<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>What is 2+2?<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>It is 4.<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>And 3+3?<|END_OF_TURN_TOKEN|>"},
-};
-static const char *const BOSEOS[][3] = {
-    {"llama2", "<s>", "</s>"},
-    {"mistral", "<s>", "</s>"},
-    {"llama3", "<|begin_of_text|>", "<|end_of_text|>"},
-    {"chatml", "", "<|im_end|>"},
-    {"phi3", "<s>", "<|endoftext|>"},
-    {"gemma", "<bos>", "<eos>"},
-    {"command-r", "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"},
-};
-
-/* Directory whose tokenizer_config.json has only the family's bos/eos (the name selects the template). */
-static const char *family_dir(const char *family) {
-    if (!strcmp(family, "llama2") || !strcmp(family, "llama3") || !strcmp(family, "mistral")) {
-        static char rel[64];
-        snprintf(rel, sizeof rel, "tokenizers/%s", family);
-        return tu_fixture(rel);
-    }
-    static char dir[1024];
-    for (size_t i = 0; i < sizeof BOSEOS / sizeof *BOSEOS; i++) {
-        if (strcmp(BOSEOS[i][0], family)) continue;
-        snprintf(dir, sizeof dir, "%s/%s", tu_tmpdir(), family);
-        mkdir(dir, 0755);
-        char path[1200];
-        snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-        FILE *f = fopen(path, "w");
-        assert_non_null(f);
-        fprintf(f, "{\"bos_token\": \"%s\", \"eos_token\": {\"content\": \"%s\"}}\n", BOSEOS[i][1], BOSEOS[i][2]);
-        fclose(f);
-        return dir;
-    }
-    return NULL;
+static const char *str(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static void test_render_matches_hf(void **state) {
-    TU_NEED_FIXTURE(tu_fixture("tokenizers/llama3"));
-    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
-        const tcase *c = &CASES[i];
-        const char *dir = family_dir(c->family);
-        assert_non_null(dir);
+/* The messages of the named conversation (pointers into convs). */
+static int conversation(const cJSON *convs, const char *name, kvq_chat_msg *m, int cap, const cJSON **json) {
+    const cJSON *c;
+    cJSON_ArrayForEach(c, convs) {
+        if (strcmp(str(c, "name"), name)) continue;
+        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(c, "messages"), *e;
+        int n = 0;
+        cJSON_ArrayForEach(e, msgs) {
+            assert_true(n < cap);
+            m[n++] = (kvq_chat_msg){str(e, "role"), str(e, "content")};
+        }
+        if (json) *json = msgs;
+        return n;
+    }
+    fail_msg("no conversation '%s'", name);
+    return -1;
+}
+
+/* C-escaped copy for failure messages (static buffer). */
+static const char *esc(const char *s) {
+    static char buf[2][4096];
+    static int k;
+    char *o = buf[k ^= 1], *end = o + sizeof buf[0] - 8;
+    for (; s && *s && o < end; s++) {
+        if (*s == '\n') *o++ = '\\', *o++ = 'n';
+        else if (*s == '\t') *o++ = '\\', *o++ = 't';
+        else *o++ = *s;
+    }
+    *o = 0;
+    return buf[k];
+}
+
+static void test_render_matches_jinja(void **state) {
+    (void)state;
+    cJSON *convs = read_json(DATA "/conversations.json"), *cases = read_json(DATA "/expected.json");
+    const cJSON *c;
+    int checked = 0, bad = 0;
+    cJSON_ArrayForEach(c, cases) {
+        const char *tname = str(c, "template"), *cname = str(c, "conversation"), *want = str(c, "text");
+        int gen = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "add_generation_prompt"));
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/%s", DATA, tname);
         kvq_chat_template *t;
-        /* llama3's fixture carries the real template: recognize it from the text */
-        const char *name = strcmp(c->family, "llama3") ? c->family : NULL;
-        if (kvq_chat_template_load(dir, name, &t) != KVQ_OK) fail_msg("%s: %s", c->family, kvq_last_error());
-        assert_string_equal(kvq_chat_template_name(t), c->family);
-        kvq_chat_msg m[4];
-        int n = conv(c->conv, m);
-        char out[2048];
-        int len = kvq_chat_render(t, m, n, c->gen, out, sizeof out);
-        if (len != (int)strlen(c->want) || strcmp(out, c->want))
-            fail_msg("%s %s gen=%d:\n got '%s'\nwant '%s'", c->family, c->conv, c->gen, out, c->want);
-        /* a short buffer gets a NUL-terminated prefix and the full length */
-        char small[8];
-        assert_int_equal(kvq_chat_render(t, m, n, c->gen, small, sizeof small), len);
-        assert_int_equal(strlen(small), 7);
+        if (kvq_chat_template_load(dir, NULL, &t) != KVQ_OK) fail_msg("%s: %s", tname, kvq_last_error());
+        kvq_chat_msg m[16];
+        int n = conversation(convs, cname, m, 16, NULL);
+        int len = kvq_chat_render(t, m, n, gen, NULL, 0);
+        char *got = len >= 0 ? malloc((size_t)len + 1) : NULL;
+        if (got) assert_int_equal(kvq_chat_render(t, m, n, gen, got, (size_t)len + 1), len);
+        if (!want) { /* the template raises: kvq refuses */
+            if (len >= 0) {
+                print_error("%s / %s gen=%d: Jinja raises (%s), kvq renders '%s'\n", tname, cname, gen, str(c, "error"), esc(got));
+                bad++;
+            }
+        } else if (len < 0) {
+            print_error("%s / %s gen=%d: kvq refuses (%s), Jinja renders '%s'\n", tname, cname, gen, kvq_last_error(), esc(want));
+            bad++;
+        } else if ((size_t)len != strlen(want) || memcmp(got, want, (size_t)len)) {
+            print_error("%s / %s gen=%d:\n  kvq   '%s'\n  jinja '%s'\n", tname, cname, gen, esc(got), esc(want));
+            bad++;
+        }
+        if (got && len > 7) { /* a short buffer gets a NUL-terminated prefix and the full length */
+            char small[8];
+            assert_int_equal(kvq_chat_render(t, m, n, gen, small, sizeof small), len);
+            assert_int_equal(strlen(small), 7);
+        }
+        free(got);
+        kvq_chat_template_free(t);
+        checked++;
+    }
+    print_message("%d renderings compared, %d differ\n", checked, bad);
+    assert_true(checked >= 400);
+    assert_int_equal(bad, 0);
+    cJSON_Delete(convs);
+    cJSON_Delete(cases);
+}
+
+/* Each published template is recognized as its family. */
+static void test_published_families(void **state) {
+    (void)state;
+    static const char *const FAM[][2] = {
+        {"llama-2-chat", "llama2"},
+        {"llama-3-instruct", "llama3"},
+        {"llama-3-instruct-2404", "llama3"},
+        {"llama-3.1-instruct", "llama3"},
+        {"mistral-7b-instruct-v0.1", "mistral"},
+        {"mistral-7b-instruct-v0.1-2309", "mistral"},
+        {"mixtral-8x7b-instruct-v0.1-2312", "mistral"},
+        {"mistral-7b-instruct-v0.3", "mistral"},
+        {"c4ai-command-r-v01", "command-r"},
+        {"gemma-it", "gemma"},
+        {"phi-3-mini-4k-instruct", "phi3"},
+        {"phi-3-mini-128k-instruct-2404", "phi3"},
+        {"phi-3.5-mini-instruct", "phi3"},
+        {"phi-3-small-8k-instruct", "phi3"},
+        {"qwen2-7b-instruct", "chatml"},
+    };
+    for (size_t i = 0; i < sizeof FAM / sizeof *FAM; i++) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/%s", DATA, FAM[i][0]);
+        kvq_chat_template *t;
+        if (kvq_chat_template_load(dir, NULL, &t) != KVQ_OK) fail_msg("%s: %s", FAM[i][0], kvq_last_error());
+        if (strcmp(kvq_chat_template_name(t), FAM[i][1])) fail_msg("%s: recognized as %s", FAM[i][0], kvq_chat_template_name(t));
         kvq_chat_template_free(t);
     }
 }
 
 static void test_detect(void **state) {
+    (void)state;
     assert_string_equal(kvq_chat_template_detect("{{ bos_token + '[INST] ' + '<<SYS>>\\n' }}"), "llama2");
     assert_string_equal(kvq_chat_template_detect("{{ ' [INST] ' + message['content'] + ' [/INST]' }}"), "mistral");
+    assert_string_equal(kvq_chat_template_detect("{{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}"), "mistral");
     assert_string_equal(kvq_chat_template_detect("{{'<|im_start|>' + message['role'] + '\\n'}}"), "chatml");
     assert_string_equal(kvq_chat_template_detect("{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}"), "phi3");
+    assert_string_equal(kvq_chat_template_detect("{{'<|' + message['role'] + '|>' + '\\n' + message['content'] + '<|end|>\\n' }}"), "phi3");
     assert_string_equal(kvq_chat_template_detect("{{ '<start_of_turn>' + role + '\\n' }}"), "gemma");
     assert_string_equal(kvq_chat_template_detect("{{ '<|START_OF_TURN_TOKEN|><|USER_TOKEN|>' }}"), "command-r");
     assert_string_equal(kvq_chat_template_detect("{{ '<|start_header_id|>' + message['role'] }}"), "llama3");
@@ -156,20 +150,43 @@ static void test_detect(void **state) {
     assert_null(kvq_chat_template_detect("{{ messages[0]['content'] }}"));
 }
 
+/* A directory whose tokenizer_config.json has only bos/eos (the name selects the template). */
+static const char *bare_dir(const char *bos, const char *eos) {
+    static char dir[1024];
+    snprintf(dir, sizeof dir, "%s/bare", tu_tmpdir());
+    mkdir(dir, 0755);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"bos_token\": \"%s\", \"eos_token\": {\"content\": \"%s\"}}\n", bos, eos);
+    fclose(f);
+    return dir;
+}
+
 static void test_roles_and_none(void **state) {
-    const char *dir = family_dir("chatml"); /* any dir with bos/eos */
+    (void)state;
+    const char *dir = bare_dir("<bos>", "<eos>");
     kvq_chat_template *t;
     assert_int_equal(kvq_chat_template_load(dir, "llama2", &t), KVQ_OK);
-    kvq_chat_msg two_users[2] = {U1, U2};
+    kvq_chat_msg two_users[2] = {{"user", "a"}, {"user", "b"}};
     assert_int_equal(kvq_chat_render(t, two_users, 2, 1, NULL, 0), -1);
     assert_non_null(strstr(kvq_last_error(), "alternate"));
     kvq_chat_template_free(t);
+    /* gemma by name is the published gemma-it template: BOS, and no system role */
+    assert_int_equal(kvq_chat_template_load(dir, "gemma", &t), KVQ_OK);
+    kvq_chat_msg sys_user[2] = {{"system", "s"}, {"user", "u"}};
+    assert_int_equal(kvq_chat_render(t, sys_user, 2, 1, NULL, 0), -1);
+    assert_non_null(strstr(kvq_last_error(), "System role not supported"));
+    char out[256];
+    kvq_chat_render(t, sys_user + 1, 1, 1, out, sizeof out);
+    assert_string_equal(out, "<bos><start_of_turn>user\nu<end_of_turn>\n<start_of_turn>model\n");
+    kvq_chat_template_free(t);
     assert_int_not_equal(kvq_chat_template_load(dir, "no-such-family", &t), KVQ_OK);
     /* no template: the running text, user messages on new lines, BOS as text */
-    assert_int_equal(kvq_chat_template_load(family_dir("gemma"), NULL, &t), KVQ_OK);
+    assert_int_equal(kvq_chat_template_load(dir, NULL, &t), KVQ_OK);
     assert_string_equal(kvq_chat_template_name(t), "none");
     kvq_chat_msg run[4] = {{"user", "The jury said"}, {"assistant", " that the city"}, {"user", "It added"}, {"assistant", " more."}};
-    char out[256];
     kvq_chat_render(t, run, 4, 1, out, sizeof out);
     assert_string_equal(out, "<bos>The jury said that the city\nIt added more.");
     kvq_chat_template_free(t);
@@ -183,74 +200,128 @@ static char *tool(const char *args, int *st) {
     return tu_run(cmd, st);
 }
 
-static const char *write_conv(const char *name) {
+/* The conversation's messages as the JSON file --chat reads; returns its path (static). */
+static const char *write_conv(const cJSON *convs, const char *name) {
     static char path[1024];
-    kvq_chat_msg m[4];
-    int n = conv(name, m);
+    kvq_chat_msg m[16];
+    const cJSON *msgs = NULL;
+    conversation(convs, name, m, 16, &msgs);
     snprintf(path, sizeof path, "%s/%s.json", tu_tmpdir(), name);
+    char *text = cJSON_PrintUnformatted(msgs);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
-    fputc('[', f);
-    for (int i = 0; i < n; i++) {
-        fprintf(f, "%s{\"role\": \"%s\", \"content\": \"", i ? ", " : "", m[i].role);
-        for (const char *p = m[i].content; *p; p++)
-            if (*p == '\n') fputs("\\n", f);
-            else fputc(*p, f);
-        fputs("\"}", f);
-    }
-    fputs("]\n", f);
+    fputs(text, f);
     fclose(f);
+    free(text);
     return path;
 }
 
+/* --show-text prints the Jinja rendering of every published template and conversation;
+ * where the template raises, kvq-tokenize fails. */
+static void test_tokenize_chat_text(void **state) {
+    (void)state;
+    cJSON *convs = read_json(DATA "/conversations.json"), *cases = read_json(DATA "/expected.json");
+    const cJSON *c;
+    int checked = 0;
+    cJSON_ArrayForEach(c, cases) {
+        const char *tname = str(c, "template"), *cname = str(c, "conversation"), *want = str(c, "text");
+        int gen = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "add_generation_prompt"));
+        char args[4096], conv_path[1024];
+        snprintf(conv_path, sizeof conv_path, "%s", write_conv(convs, cname));
+        snprintf(args, sizeof args, "kvq-tokenize -m %s/%s --chat %s --show-text%s 2>/dev/null", DATA, tname, conv_path,
+                 gen ? "" : " --no-generation-prompt");
+        int st;
+        char *got = tool(args, &st);
+        if (!want) {
+            if (st == 0) fail_msg("%s / %s gen=%d: Jinja raises, kvq-tokenize printed '%s'", tname, cname, gen, esc(got));
+        } else if (st != 0 || strcmp(got, want)) {
+            fail_msg("%s / %s gen=%d (exit %d):\n  got  '%s'\n  want '%s'", tname, cname, gen, st, esc(got), esc(want));
+        }
+        free(got);
+        checked++;
+    }
+    print_message("%d kvq-tokenize --chat --show-text runs\n", checked);
+    cJSON_Delete(convs);
+    cJSON_Delete(cases);
+}
+
+/* The Jinja rendering of a template for a conversation, or NULL when it raises. */
+static const char *expected_text(const cJSON *cases, const char *tname, const char *cname, int gen) {
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        if (!strcmp(str(c, "template"), tname) && !strcmp(str(c, "conversation"), cname) &&
+            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "add_generation_prompt")) == !!gen)
+            return str(c, "text");
+    }
+    fail_msg("no rendering of %s / %s", tname, cname);
+    return NULL;
+}
+
+/* The ids of --chat are the ids of the Jinja text (one BOS, the template's), for the
+ * tokenizers in the shared fixtures: llama3's tokenizer_config.json carries the first
+ * Meta-Llama-3-8B-Instruct template; the llama2 and mistral ones have none, so the
+ * family name selects it (as published: Llama-2-chat's, Mistral v0.1's). */
 static void test_tokenize_chat_ids(void **state) {
+    (void)state;
     TU_NEED_FIXTURE(tu_fixture("tokenizers/llama3"));
-    const char *fams[] = {"llama2", "llama3", "mistral"};
+    static const char *const FAM[][3] = { /* fixture tokenizer, stored template, kvq-tokenize option */
+        {"tokenizers/llama2", "llama-2-chat", "--chat-template llama2"},
+        {"tokenizers/llama3", "llama-3-instruct-2404", ""},
+        {"tokenizers/mistral", "mistral-7b-instruct-v0.1", "--chat-template mistral"},
+    };
+    static const char *const CONVS[] = {"user", "multi_turn", "system_multi_turn", "spaces", "unicode", "multiline"};
+    cJSON *convs = read_json(DATA "/conversations.json"), *cases = read_json(DATA "/expected.json");
     for (int fi = 0; fi < 3; fi++) {
-        for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
-            const tcase *c = &CASES[i];
-            if (strcmp(c->family, fams[fi])) continue;
-            char dir[1024], args[4096], conv_path[1024];
-            snprintf(dir, sizeof dir, "%s", family_dir(c->family));
-            snprintf(conv_path, sizeof conv_path, "%s", write_conv(c->conv));
-            snprintf(args, sizeof args, "kvq-tokenize -m %s --chat %s %s%s", dir, conv_path,
-                     fi == 1 ? "" : "--chat-template ", fi == 1 ? "" : c->family);
-            if (!c->gen) strcat(args, " --no-generation-prompt");
-            int st;
-            char *got = tool(args, &st);
-            assert_int_equal(st, 0);
-            /* the expected text through the plain tokenizer (no BOS added: the text has it) */
-            char text_path[1100];
-            snprintf(text_path, sizeof text_path, "%s/want.txt", tu_tmpdir());
-            FILE *f = fopen(text_path, "w");
-            fputs(c->want, f);
-            fclose(f);
-            snprintf(args, sizeof args, "kvq-tokenize -m %s -f %s", dir, text_path);
-            char *want = tool(args, &st);
-            assert_int_equal(st, 0);
-            if (strcmp(got, want)) fail_msg("%s %s gen=%d: ids '%s', want '%s'", c->family, c->conv, c->gen, got, want);
-            /* exactly one BOS, at the start */
-            const char *bos = fi == 1 ? "128000 " : "1 ";
-            assert_true(!strncmp(got, bos, strlen(bos)));
-            if (fi != 0) assert_null(strstr(got + 1, fi == 1 ? " 128000 " : " 1 "));
-            free(got);
-            free(want);
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s", tu_fixture(FAM[fi][0]));
+        for (size_t ci = 0; ci < sizeof CONVS / sizeof *CONVS; ci++) {
+            for (int gen = 0; gen < 2; gen++) {
+                const char *want_text = expected_text(cases, FAM[fi][1], CONVS[ci], gen);
+                if (!want_text) continue;
+                char args[4096], conv_path[1024], text_path[1100];
+                snprintf(conv_path, sizeof conv_path, "%s", write_conv(convs, CONVS[ci]));
+                snprintf(args, sizeof args, "kvq-tokenize -m %s --chat %s %s%s", dir, conv_path, FAM[fi][2],
+                         gen ? "" : " --no-generation-prompt");
+                int st;
+                char *got = tool(args, &st);
+                assert_int_equal(st, 0);
+                /* the Jinja text through the plain tokenizer (no BOS added: the text has it) */
+                snprintf(text_path, sizeof text_path, "%s/want.txt", tu_tmpdir());
+                FILE *f = fopen(text_path, "w");
+                assert_non_null(f);
+                fputs(want_text, f);
+                fclose(f);
+                snprintf(args, sizeof args, "kvq-tokenize -m %s -f %s", dir, text_path);
+                char *want = tool(args, &st);
+                assert_int_equal(st, 0);
+                if (strcmp(got, want)) fail_msg("%s %s gen=%d: ids '%s', want '%s'", FAM[fi][0], CONVS[ci], gen, got, want);
+                /* exactly one BOS, at the start */
+                const char *bos = fi == 1 ? "128000 " : "1 ";
+                assert_true(!strncmp(got, bos, strlen(bos)));
+                if (fi != 0) assert_null(strstr(got + 1, fi == 1 ? " 128000 " : " 1 "));
+                free(got);
+                free(want);
+            }
         }
     }
-    /* spelled out: Llama-3 special ids around the three-turn conversation */
+    /* spelled out: Llama-3 special ids around a two-turn conversation */
     char args[2048];
     int st;
-    snprintf(args, sizeof args, "kvq-tokenize -m %s --chat %s", family_dir("llama3"), write_conv("three"));
+    snprintf(args, sizeof args, "kvq-tokenize -m %s --chat %s", tu_fixture("tokenizers/llama3"), write_conv(convs, "user_assistant"));
     char *got = tool(args, &st);
-    assert_string_equal(got, "128000 128006 882 128007 271 3923 374 220 17 10 17 30 128009 128006 78191 128007 271 2181 374 220 "
-                             "19 13 128009 128006 882 128007 271 3112 220 18 10 18 30 128009 128006 78191 128007 271\n");
+    assert_int_equal(st, 0);
+    assert_string_equal(got, "128000 128006 882 128007 271 9906 128009 128006 78191 128007 271 13347 1070 128009 128006 78191 "
+                             "128007 271\n");
     free(got);
+    cJSON_Delete(convs);
+    cJSON_Delete(cases);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_render_matches_hf), cmocka_unit_test(test_detect),
-        cmocka_unit_test(test_roles_and_none),   cmocka_unit_test(test_tokenize_chat_ids),
+        cmocka_unit_test(test_render_matches_jinja), cmocka_unit_test(test_published_families),
+        cmocka_unit_test(test_detect),               cmocka_unit_test(test_roles_and_none),
+        cmocka_unit_test(test_tokenize_chat_text),   cmocka_unit_test(test_tokenize_chat_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

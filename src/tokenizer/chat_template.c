@@ -2,7 +2,11 @@
  * from the template text in tokenizer_config.json and reproduced in C (no Jinja
  * interpreter). Each renderer follows its HF template character for character,
  * including where BOS goes (as text: tokenizing the result matches it as the
- * special token, so the caller must not add another BOS). */
+ * special token, so the caller must not add another BOS) and where the template
+ * raises (the render fails with the template's message). Within a family the
+ * published revisions differ in small steps; set_variant() reads which from the
+ * template text. tests/data/chat_templates/ keeps the published templates and
+ * their Jinja renderings, which test_chat_template compares byte for byte. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +19,13 @@ typedef enum { F_NONE, F_LLAMA2, F_LLAMA3, F_MISTRAL, F_CHATML, F_PHI3, F_GEMMA,
 
 static const char *const FAMILY_NAMES[] = {"none", "llama2", "llama3", "mistral", "chatml", "phi3", "gemma", "command-r"};
 
+/* The [INST] revisions of Mistral's templates. */
+typedef enum {
+    MISTRAL_V1,      /* v0.1/v0.2/Mixtral since 2024: ' [INST] ' ... ' [/INST]', system joins the first user turn */
+    MISTRAL_V1_ORIG, /* the first v0.1/v0.2/Mixtral ones: '[INST] ' ... ' [/INST]', no system role */
+    MISTRAL_V3,      /* v0.3: '[INST] ' ... '[/INST]', ' ' + trimmed reply, system joins the last message */
+} mistral_style;
+
 struct kvq_chat_template {
     family fam;
     char *bos, *eos;        /* token texts from tokenizer_config.json ("" when absent) */
@@ -22,9 +33,16 @@ struct kvq_chat_template {
     int gen_always;         /* the template appends the generation prompt unconditionally */
     int llama31;            /* Llama-3.1/3.2 system header with dates */
     int date_today;         /* 3.2: strftime_now(): today's date, else "26 Jul 2024" */
-    int mistral_v1;         /* '[INST] ' without the leading space, content + eos */
-    int bos_prefix;         /* chatml / phi3 variants that start with {{ bos_token }} */
+    mistral_style mistral;
+    int eos_space;          /* Mistral v0.1's first template: eos_token + ' ' after a reply */
+    int bos_prefix;         /* chatml / phi3 / gemma variants that start with {{ bos_token }} */
     int phi3_eos;           /* phi3: eos_token at the end when no generation prompt */
+    int phi3_any_role;      /* Phi-3-small: '<|' + role + '|>' for every message */
+    int phi3_no_system;     /* Phi-3 (first revisions): system messages are skipped */
+    int phi3_skip_empty_system; /* Phi-3.5: a system message with empty content is skipped */
+    int phi3_user_opens;    /* Phi-3 (first revisions): each user turn ends with '<|assistant|>\n' */
+    int needs_first;        /* the template reads messages[0]: Jinja raises on an empty conversation */
+    int gemma_sys_prefix;   /* Gemma 3: the system text opens the first user turn (else: raise) */
     const char *default_sys; /* chatml (Qwen): system message used when none is given */
 };
 
@@ -87,7 +105,8 @@ const char *kvq_chat_template_detect(const char *text) {
     if (!text) return "none";
     if (strstr(text, "<|start_header_id|>")) return "llama3";
     if (strstr(text, "<|im_start|>")) return "chatml";
-    if (strstr(text, "<|user|>") && strstr(text, "<|end|>")) return "phi3";
+    /* Phi-3-small writes the tags from the role: '<|' + message['role'] + '|>' */
+    if (strstr(text, "<|end|>") && (strstr(text, "<|user|>") || strstr(text, "'|>'"))) return "phi3";
     if (strstr(text, "<start_of_turn>")) return "gemma";
     if (strstr(text, "<|START_OF_TURN_TOKEN|>")) return "command-r";
     if (strstr(text, "[INST]")) return strstr(text, "<<SYS>>") ? "llama2" : "mistral";
@@ -132,14 +151,37 @@ static char *read_all(const char *path) {
     return b.p;
 }
 
+/* A Jinja string literal in either quote style: lit("[/INST]") matches '[/INST]' and "[/INST]". */
+static int has_lit(const char *text, const char *s) {
+    char q[128];
+    snprintf(q, sizeof q, "'%s'", s);
+    if (strstr(text, q)) return 1;
+    snprintf(q, sizeof q, "\"%s\"", s);
+    return strstr(text, q) != NULL;
+}
+
 static void set_variant(kvq_chat_template *t, const char *text) {
     if (!text) return;
     t->gen_always = t->fam == F_LLAMA3 && !strstr(text, "add_generation_prompt");
     t->llama31 = strstr(text, "Cutting Knowledge Date") != NULL;
     t->date_today = strstr(text, "strftime_now") != NULL;
-    t->mistral_v1 = t->fam == F_MISTRAL && !strstr(text, "' [INST] '");
+    if (t->fam == F_MISTRAL) {
+        if (has_lit(text, "[/INST]")) t->mistral = MISTRAL_V3; /* no space before [/INST] */
+        else if (has_lit(text, " [INST] ")) t->mistral = MISTRAL_V1;
+        else t->mistral = MISTRAL_V1_ORIG;
+        t->eos_space = strstr(text, "eos_token + ' '") != NULL;
+    }
     t->bos_prefix = strstr(text, "{{ bos_token }}") || strstr(text, "{{bos_token}}") || strstr(text, "{{- bos_token }}");
-    if (t->fam == F_PHI3) t->phi3_eos = strstr(text, "eos_token") != NULL;
+    if (t->fam == F_PHI3) {
+        t->phi3_eos = strstr(text, "eos_token") != NULL;
+        t->phi3_any_role = !strstr(text, "<|user|>");
+        t->phi3_user_opens = !strstr(text, "add_generation_prompt");
+        t->phi3_no_system = !strstr(text, "'system'");
+        t->phi3_skip_empty_system = strstr(text, "'system' and message['content']") != NULL;
+    }
+    t->gemma_sys_prefix = t->fam == F_GEMMA && strstr(text, "first_user_prefix");
+    /* (Qwen's chatml reads messages[0] only inside the loop over the messages) */
+    t->needs_first = t->fam != F_CHATML && strstr(text, "messages[0]") != NULL;
     if (strstr(text, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."))
         t->default_sys = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
     else if (strstr(text, "You are a helpful assistant.") && t->fam == F_CHATML)
@@ -194,7 +236,10 @@ kvq_status kvq_chat_template_load(const char *dir, const char *name, kvq_chat_te
         goto out;
     }
     t->fam = (family)f;
-    t->phi3_eos = 1; /* as Phi-3's template, when only the name is given */
+    /* when only the name is given: as the family's published template */
+    t->phi3_eos = 1;                    /* Phi-3-mini */
+    t->bos_prefix = t->fam == F_GEMMA;  /* gemma-2b-it / gemma-7b-it */
+    t->needs_first = t->fam == F_LLAMA2 || t->fam == F_MISTRAL || t->fam == F_GEMMA || t->fam == F_COMMAND_R;
     /* variant flags only from a template of the same family */
     if (tt && name && kvq_chat_template_detect(tt) && !strcmp(kvq_chat_template_detect(tt), name)) set_variant(t, tt);
     else if (tt && !name) set_variant(t, tt);
@@ -222,19 +267,27 @@ const char *kvq_chat_template_name(const kvq_chat_template *t) { return t ? FAMI
 
 static int is(const kvq_chat_msg *m, const char *role) { return m->role && !strcmp(m->role, role); }
 
-/* [INST] families: after the optional system message, user and assistant alternate. */
-static int check_alternation(const kvq_chat_msg *m, int n) {
+static int refuse(const char *msg) {
+    kvq_fail(KVQ_ERR_ARG, "chat template: %s", msg);
+    return -1;
+}
+
+#define ALTERNATE "Conversation roles must alternate user/assistant/user/assistant/..."
+#define ALTERNATE_AFTER_SYS "After the optional system message, conversation roles must alternate user/assistant/user/assistant/..."
+
+/* The templates' check: {% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %} raise.
+ * (A role other than user or assistant passes it at an odd index.) */
+static int alternates(const kvq_chat_msg *m, int n) {
     for (int i = 0; i < n; i++)
-        if (is(&m[i], "user") != (i % 2 == 0) || (!is(&m[i], "user") && !is(&m[i], "assistant")))
-            return kvq_fail(KVQ_ERR_ARG, "chat template: after an optional system message, roles must alternate user/assistant"), -1;
-    return 0;
+        if (is(&m[i], "user") != (i % 2 == 0)) return 0;
+    return 1;
 }
 
 static int render_llama2(const kvq_chat_template *t, const kvq_chat_msg *m, int n, sbuf *b) {
     const char *sys = NULL;
     if (n && is(&m[0], "system")) sys = m[0].content, m++, n--;
-    if (check_alternation(m, n)) return -1;
     for (int i = 0; i < n; i++) {
+        if (is(&m[i], "user") != (i % 2 == 0)) return refuse(ALTERNATE);
         sbuf c = {0};
         if (i == 0 && sys) {
             puts_(&c, "<<SYS>>\n");
@@ -248,12 +301,12 @@ static int render_llama2(const kvq_chat_template *t, const kvq_chat_msg *m, int 
             puts_(b, "[INST] ");
             put_strip(b, c.p ? c.p : "");
             puts_(b, " [/INST]");
-        } else {
+        } else if (is(&m[i], "assistant")) {
             puts_(b, " ");
             put_strip(b, c.p ? c.p : "");
             puts_(b, " ");
             puts_(b, t->eos);
-        }
+        } /* other roles: nothing */
         free(c.p);
     }
     return 0;
@@ -261,22 +314,35 @@ static int render_llama2(const kvq_chat_template *t, const kvq_chat_msg *m, int 
 
 static int render_mistral(const kvq_chat_template *t, const kvq_chat_msg *m, int n, sbuf *b) {
     const char *sys = NULL;
-    if (n && is(&m[0], "system")) sys = m[0].content, m++, n--;
-    if (check_alternation(m, n)) return -1;
+    if (t->mistral != MISTRAL_V1_ORIG && n && is(&m[0], "system")) sys = m[0].content, m++, n--;
+    if (!alternates(m, n)) return refuse(t->mistral == MISTRAL_V1_ORIG ? ALTERNATE : ALTERNATE_AFTER_SYS);
     puts_(b, t->bos);
     for (int i = 0; i < n; i++) {
         if (is(&m[i], "user")) {
-            puts_(b, t->mistral_v1 ? "[INST] " : " [INST] ");
-            if (i == 0 && sys) {
+            /* v1: the system text opens the first user turn; v0.3: it joins the last message
+             * of the conversation when that is a user turn, and is left out otherwise */
+            int with_sys = sys && (t->mistral == MISTRAL_V3 ? i == n - 1 : i == 0);
+            puts_(b, t->mistral == MISTRAL_V1 ? " [INST] " : "[INST] ");
+            if (with_sys) {
                 puts_(b, sys);
                 puts_(b, "\n\n");
             }
             puts_(b, m[i].content);
-            puts_(b, " [/INST]");
-        } else {
-            if (!t->mistral_v1) puts_(b, " ");
-            puts_(b, m[i].content);
+            puts_(b, t->mistral == MISTRAL_V3 ? "[/INST]" : " [/INST]");
+        } else if (is(&m[i], "assistant")) {
+            if (t->mistral == MISTRAL_V3) {
+                puts_(b, " ");
+                put_strip(b, m[i].content);
+            } else {
+                if (t->mistral == MISTRAL_V1) puts_(b, " ");
+                puts_(b, m[i].content);
+            }
             puts_(b, t->eos);
+            if (t->eos_space) puts_(b, " ");
+        } else {
+            return refuse(t->mistral == MISTRAL_V1_ORIG
+                             ? "Only user and assistant roles are supported!"
+                             : "Only user and assistant roles are supported, with the exception of an initial optional system message!");
         }
     }
     return 0;
@@ -295,7 +361,7 @@ static int render_llama3(const kvq_chat_template *t, const kvq_chat_msg *m, int 
         if (t->date_today) {
             time_t now = time(NULL);
             struct tm tm;
-            gmtime_r(&now, &tm);
+            localtime_r(&now, &tm); /* Python's datetime.now() */
             strftime(date, sizeof date, "%d %b %Y", &tm);
         }
         puts_(b, t->bos);
@@ -308,7 +374,7 @@ static int render_llama3(const kvq_chat_template *t, const kvq_chat_msg *m, int 
     }
     for (int i = 0; i < n; i++) {
         if (i == 0 && !t->llama31) puts_(b, t->bos);
-        put_header(b, m[i].role ? m[i].role : "");
+        put_header(b, m[i].role);
         put_strip(b, m[i].content);
         puts_(b, "<|eot_id|>");
     }
@@ -318,14 +384,15 @@ static int render_llama3(const kvq_chat_template *t, const kvq_chat_msg *m, int 
 
 static int render_chatml(const kvq_chat_template *t, const kvq_chat_msg *m, int n, int gen, sbuf *b) {
     if (t->bos_prefix) puts_(b, t->bos);
-    if (t->default_sys && (!n || !is(&m[0], "system"))) {
+    /* Qwen: {% if loop.first and messages[0]['role'] != 'system' %} (inside the loop) */
+    if (t->default_sys && n && !is(&m[0], "system")) {
         puts_(b, "<|im_start|>system\n");
         puts_(b, t->default_sys);
         puts_(b, "<|im_end|>\n");
     }
     for (int i = 0; i < n; i++) {
         puts_(b, "<|im_start|>");
-        puts_(b, m[i].role ? m[i].role : "");
+        puts_(b, m[i].role);
         puts_(b, "\n");
         puts_(b, m[i].content);
         puts_(b, "<|im_end|>\n");
@@ -337,13 +404,25 @@ static int render_chatml(const kvq_chat_template *t, const kvq_chat_msg *m, int 
 static int render_phi3(const kvq_chat_template *t, const kvq_chat_msg *m, int n, int gen, sbuf *b) {
     if (t->bos_prefix) puts_(b, t->bos);
     for (int i = 0; i < n; i++) {
-        const char *tag = is(&m[i], "system") ? "<|system|>\n" : is(&m[i], "user") ? "<|user|>\n"
-                        : is(&m[i], "assistant") ? "<|assistant|>\n" : NULL;
-        if (!tag) continue; /* the template skips other roles */
-        puts_(b, tag);
+        if (t->phi3_any_role) { /* Phi-3-small: '<|' + message['role'] + '|>' */
+            puts_(b, "<|");
+            puts_(b, m[i].role);
+            puts_(b, "|>\n");
+        } else if (is(&m[i], "system")) {
+            if (t->phi3_no_system || (t->phi3_skip_empty_system && !*m[i].content)) continue;
+            puts_(b, "<|system|>\n");
+        } else if (is(&m[i], "user")) {
+            puts_(b, "<|user|>\n");
+        } else if (is(&m[i], "assistant")) {
+            if (!t->phi3_user_opens) puts_(b, "<|assistant|>\n"); /* else the user turn opened it */
+        } else {
+            continue; /* the templates skip other roles */
+        }
         puts_(b, m[i].content);
         puts_(b, "<|end|>\n");
+        if (t->phi3_user_opens && !t->phi3_any_role && is(&m[i], "user")) puts_(b, "<|assistant|>\n");
     }
+    if (t->phi3_user_opens) return 0; /* no add_generation_prompt in those templates */
     if (gen) puts_(b, "<|assistant|>\n");
     else if (t->phi3_eos) puts_(b, t->eos);
     return 0;
@@ -351,11 +430,15 @@ static int render_phi3(const kvq_chat_template *t, const kvq_chat_msg *m, int n,
 
 static int render_gemma(const kvq_chat_template *t, const kvq_chat_msg *m, int n, int gen, sbuf *b) {
     const char *sys = NULL;
-    if (n && is(&m[0], "system")) sys = m[0].content, m++, n--;
-    puts_(b, t->bos);
+    if (n && is(&m[0], "system")) {
+        if (!t->gemma_sys_prefix) return refuse("System role not supported");
+        sys = m[0].content, m++, n--;
+    }
+    if (t->bos_prefix) puts_(b, t->bos);
     for (int i = 0; i < n; i++) {
+        if (is(&m[i], "user") != (i % 2 == 0)) return refuse(ALTERNATE);
         puts_(b, "<start_of_turn>");
-        puts_(b, is(&m[i], "assistant") ? "model" : m[i].role ? m[i].role : "");
+        puts_(b, is(&m[i], "assistant") ? "model" : m[i].role);
         puts_(b, "\n");
         if (i == 0 && sys) { /* Gemma 3: the system text opens the first turn */
             puts_(b, sys);
@@ -376,8 +459,9 @@ static int render_command_r(const kvq_chat_template *t, const kvq_chat_msg *m, i
         puts_(b, "<|END_OF_TURN_TOKEN|>");
         m++, n--;
     }
-    if (check_alternation(m, n)) return -1;
     for (int i = 0; i < n; i++) {
+        if (is(&m[i], "user") != (i % 2 == 0)) return refuse(ALTERNATE);
+        if (!is(&m[i], "user") && !is(&m[i], "assistant")) continue; /* other roles: nothing */
         puts_(b, is(&m[i], "user") ? "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>" : "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
         put_strip(b, m[i].content);
         puts_(b, "<|END_OF_TURN_TOKEN|>");
@@ -406,6 +490,11 @@ int kvq_chat_render(const kvq_chat_template *t, const kvq_chat_msg *msgs, int n,
     sbuf b = {0};
     puts_(&b, "");
     int r = 0, gen = add_generation_prompt;
+    if (!n && t->needs_first) {
+        free(b.p);
+        kvq_fail(KVQ_ERR_ARG, "chat template: list object has no element 0 (the template reads the first message)");
+        return -1;
+    }
     switch (t->fam) {
     case F_NONE: r = render_none(t, msgs, n, &b); break;
     case F_LLAMA2: r = render_llama2(t, msgs, n, &b); break;
