@@ -198,9 +198,12 @@ KVQ_API void kvq_sampler_free(kvq_sampler *s);
 
 /* The HF chat template of a model, for the families kvq renders: "llama2"
  * ([INST] with <<SYS>>), "llama3" (header tokens; 3.1/3.2 system header with
- * dates), "mistral" ([INST]; a system message opens the first user turn),
- * "chatml", "phi3", "gemma", "command-r", and "none" (no template: the messages
- * as running text, each user message on a new line). */
+ * dates), "mistral" ([INST]; where a system message goes, or whether one is
+ * refused, depends on the template's revision: v0.1/v0.2's first user turn, v0.3's
+ * last), "chatml", "phi3" (Phi-3, 3.5, 3-small), "gemma", "command-r", and "none"
+ * (no template: the messages as running text, each user message on a new line).
+ * Renderings equal HF's apply_chat_template for the published templates
+ * (tests/data/chat_templates); a conversation the template raises on is refused. */
 typedef struct kvq_chat_template kvq_chat_template;
 
 typedef struct {
