@@ -1,0 +1,299 @@
+/* The five families of issue 19 end to end against the numpy references in
+ * tests/data/models (written by tools/fixtures/gen_families.py): for each of two
+ * prompts the last-position logits (f32 cache), the 24 greedy tokens, the prompt
+ * fed token by token, and q8 / q4 caches. A family whose architecture this kvq
+ * does not load (kvq_model_load: "unsupported architecture") is skipped with a
+ * message and listed at the end; any other load failure fails.
+ * KVQ_TEST_BACKEND=vulkan (ctest's test_families_vulkan) runs the same on that
+ * backend with its own logits bound; it skips when the backend does not start. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "kvq.h"
+#include "testutil.h"
+
+static const char *g_backend; /* NULL: automatic choice */
+static int g_gpu;             /* a GPU backend: its own logits bound (issue 8) */
+
+/* Logits bounds (rel L2 to the reference, f32 cache): the issue's 1e-3 on the CPU and
+ * 5e-3 on a GPU. Gemma's CPU bound is tighter: HF rounds its embedding normalizer
+ * sqrt(hidden_size) to bfloat16, which moves this fixture's logits by only 1.0-1.1e-3
+ * (reference.json rel_diff_if.gemma_unrounded_normalizer_*), so 1e-3 could not see it. */
+#define TOL_GPU 5e-3
+/* Quantized caches (K and V of one type, kvq's default rotation): the logits stay within
+ * these of the f32 reference, q8 with the same top token. gen_families.py simulates the
+ * two formats (reference.json kv_cache_sim_rel_l2): q8 1.3e-3..8.8e-3, q4 1.9e-2..1.0e-1;
+ * on mistral-tiny-aqlm-2x8 the simulation gave q8 3.7e-3, q4 6.1e-2 and kvq 3.7e-3..4.1e-3,
+ * 5.2e-2..6.0e-2 (CPU and lavapipe). */
+#define TOL_Q8 2e-2
+#define TOL_Q4 2.5e-1
+
+typedef struct {
+    const char *id, *name;
+    double tol_cpu;
+} family;
+
+static const family FAMILIES[] = {
+    {"mixtral", "mixtral-tiny-aqlm-1x16", 1e-3}, {"command_r", "command-r-tiny-aqlm-1x16", 1e-3},
+    {"gemma", "gemma-tiny-aqlm-2x8", 2e-4},      {"phi3", "phi3-tiny-aqlm-1x16g8", 1e-3},
+    {"qwen2", "qwen2-tiny-aqlm-2x8", 1e-3},
+};
+#define N_FAMILIES (int)(sizeof FAMILIES / sizeof *FAMILIES)
+
+typedef struct {
+    int32_t ids[512];
+    int n_ids;
+    int32_t greedy[64];
+    int n_greedy;
+    float *logits;
+} prompt;
+
+typedef struct {
+    const family *fam;
+    kvq_model *m; /* NULL: skipped (unsupported architecture) */
+    prompt p[2];
+    int n_vocab;
+    double tol;
+} fixture;
+
+static int g_skipped[N_FAMILIES];
+
+/* tests/data/models/<name>, or $KVQ_TEST_FAMILIES_DIR/<name> (fixtures regenerated elsewhere). */
+static const char *fixture_dir(const family *fm) {
+    static char dir[4096];
+    const char *base = getenv("KVQ_TEST_FAMILIES_DIR");
+    if (base && *base) snprintf(dir, sizeof dir, "%s/%s", base, fm->name);
+    else snprintf(dir, sizeof dir, "%s/tests/data/models/%s", KVQ_SOURCE_DIR, fm->name);
+    return dir;
+}
+
+static void load_ids(const cJSON *ref, const char *key, int32_t *out, int *n, int cap) {
+    const cJSON *arr = cJSON_GetObjectItem(ref, key);
+    if (!cJSON_IsArray(arr)) fail_msg("reference.json: no %s", key);
+    *n = 0;
+    for (const cJSON *e = arr->child; e && *n < cap; e = e->next) out[(*n)++] = (int32_t)e->valuedouble;
+}
+
+static int setup(void **state, int which) {
+    const family *fm = &FAMILIES[which];
+    fixture *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->fam = fm;
+    f->tol = g_gpu ? TOL_GPU : fm->tol_cpu;
+    *state = f;
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s", fixture_dir(fm));
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = g_backend;
+    kvq_status s = kvq_model_load(dir, &mp, &f->m);
+    if (s == KVQ_ERR_UNSUPPORTED && strstr(kvq_last_error(), "unsupported architecture")) {
+        print_message("%s: skipped, this kvq does not load it: %s\n", fm->name, kvq_last_error());
+        f->m = NULL;
+        g_skipped[which] = 1;
+        return 0;
+    }
+    if (s != KVQ_OK) fail_msg("load %s: %s", dir, kvq_last_error());
+    f->n_vocab = kvq_model_n_vocab(f->m);
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    char *text = tu_read_file(path, NULL);
+    cJSON *ref = cJSON_Parse(text);
+    free(text);
+    assert_non_null(ref);
+    load_ids(ref, "prompt_ids", f->p[0].ids, &f->p[0].n_ids, 512);
+    load_ids(ref, "greedy_ids", f->p[0].greedy, &f->p[0].n_greedy, 64);
+    load_ids(ref, "prompt2_ids", f->p[1].ids, &f->p[1].n_ids, 512);
+    load_ids(ref, "greedy2_ids", f->p[1].greedy, &f->p[1].n_greedy, 64);
+    cJSON_Delete(ref);
+    for (int k = 0; k < 2; k++) {
+        size_t len;
+        snprintf(path, sizeof path, "%s/%s", dir, k ? "reference2-logits.f32" : "reference-logits.f32");
+        f->p[k].logits = (float *)tu_read_file(path, &len);
+        assert_int_equal(len, sizeof(float) * (size_t)f->n_vocab);
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    if (!f) return 0;
+    if (f->m) kvq_model_free(f->m);
+    for (int k = 0; k < 2; k++) free(f->p[k].logits);
+    free(f);
+    return 0;
+}
+
+#define NEED_MODEL(f)                                                                       \
+    do {                                                                                    \
+        if (!(f)->m) {                                                                      \
+            print_message("%s: architecture not supported by this kvq, skipping\n", (f)->fam->name); \
+            skip();                                                                         \
+        }                                                                                   \
+    } while (0)
+
+static kvq_context *new_ctx(kvq_model *m, kvq_cache_type t, int n_batch) {
+    kvq_context_params p = kvq_context_default_params();
+    p.n_ctx = 256;
+    p.type_k = p.type_v = t;
+    p.n_batch = n_batch;
+    kvq_context *c;
+    if (kvq_context_new(m, &p, &c) != KVQ_OK) fail_msg("context: %s", kvq_last_error());
+    return c;
+}
+
+static void top3(const float *x, int n, int *out) {
+    out[0] = out[1] = out[2] = -1;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < 3; k++) {
+            if (out[k] < 0 || x[i] > x[out[k]]) {
+                for (int j = 2; j > k; j--) out[j] = out[j - 1];
+                out[k] = i;
+                break;
+            }
+        }
+    }
+}
+
+static const char *PROMPT_NAME[2] = {"prompt", "prompt2"};
+
+static void test_logits_f32(void **state) {
+    fixture *f = *state;
+    NEED_MODEL(f);
+    for (int k = 0; k < 2; k++) {
+        kvq_context *c = new_ctx(f->m, KVQ_CACHE_F32, 512);
+        assert_int_equal(kvq_eval(c, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
+        const float *got = kvq_logits(c);
+        double err = tu_rel_l2(got, f->p[k].logits, (size_t)f->n_vocab);
+        int a[3], b[3];
+        top3(got, f->n_vocab, a);
+        top3(f->p[k].logits, f->n_vocab, b);
+        print_message("%s %s (%d ids) f32 cache: rel L2 %.2e (bound %.2g), top3 %d %d %d (ref %d %d %d)\n", f->fam->name,
+                      PROMPT_NAME[k], f->p[k].n_ids, err, f->tol, a[0], a[1], a[2], b[0], b[1], b[2]);
+        if (!(err <= f->tol)) fail_msg("%s %s: rel L2 %.3e > %.2g", f->fam->name, PROMPT_NAME[k], err, f->tol);
+        for (int j = 0; j < 3; j++)
+            if (a[j] != b[j]) fail_msg("%s %s: top-3 differs at %d", f->fam->name, PROMPT_NAME[k], j);
+        kvq_context_free(c);
+    }
+}
+
+static void test_greedy(void **state) {
+    fixture *f = *state;
+    NEED_MODEL(f);
+    kvq_sampler_params sp = kvq_sampler_default_params();
+    sp.temp = 0;
+    kvq_sampler *s = kvq_sampler_new(&sp);
+    for (int k = 0; k < 2; k++) {
+        kvq_context *c = new_ctx(f->m, KVQ_CACHE_F32, 512);
+        assert_int_equal(kvq_eval(c, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
+        for (int i = 0; i < f->p[k].n_greedy; i++) {
+            int32_t id = kvq_sample(s, kvq_logits(c), f->n_vocab);
+            if (id != f->p[k].greedy[i])
+                fail_msg("%s %s: greedy token %d is %d, reference %d", f->fam->name, PROMPT_NAME[k], i, id, f->p[k].greedy[i]);
+            assert_int_equal(kvq_eval(c, &id, 1), KVQ_OK);
+        }
+        print_message("%s %s: %d greedy tokens equal\n", f->fam->name, PROMPT_NAME[k], f->p[k].n_greedy);
+        kvq_context_free(c);
+    }
+    kvq_sampler_free(s);
+}
+
+/* The prompt fed one token at a time, and in batches of 3, gives the batch logits
+ * (for Phi-3's prompt2 this crosses original_max_position_embeddings mid-prompt:
+ * HF then runs the whole sequence on long_factor, see the fixture's `about`). */
+static void test_batch_vs_single(void **state) {
+    fixture *f = *state;
+    NEED_MODEL(f);
+    for (int k = 0; k < 2; k++) {
+        kvq_context *whole = new_ctx(f->m, KVQ_CACHE_F32, 512);
+        kvq_context *one = new_ctx(f->m, KVQ_CACHE_F32, 1);
+        kvq_context *three = new_ctx(f->m, KVQ_CACHE_F32, 3);
+        assert_int_equal(kvq_eval(whole, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
+        for (int i = 0; i < f->p[k].n_ids; i++) assert_int_equal(kvq_eval(one, f->p[k].ids + i, 1), KVQ_OK);
+        assert_int_equal(kvq_eval(three, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
+        double e1 = tu_rel_l2(kvq_logits(one), kvq_logits(whole), (size_t)f->n_vocab);
+        double e3 = tu_rel_l2(kvq_logits(three), kvq_logits(whole), (size_t)f->n_vocab);
+        print_message("%s %s: token-by-token vs batch rel %.2e, batches of 3 %.2e\n", f->fam->name, PROMPT_NAME[k], e1, e3);
+        if (!(e1 <= 1e-4 && e3 <= 1e-4)) fail_msg("%s %s: token by token %.3e, by 3 %.3e (> 1e-4)", f->fam->name, PROMPT_NAME[k], e1, e3);
+        kvq_context_free(whole);
+        kvq_context_free(one);
+        kvq_context_free(three);
+    }
+}
+
+/* q8 and q4 caches: the logits move (the cache type is in use) but stay near the reference. */
+static void test_kv_quantized(void **state) {
+    fixture *f = *state;
+    NEED_MODEL(f);
+    const struct {
+        kvq_cache_type t;
+        double tol;
+        int same_top;
+    } types[] = {{KVQ_CACHE_Q8, TOL_Q8, 1}, {KVQ_CACHE_Q4, TOL_Q4, 0}};
+    for (int k = 0; k < 2; k++) {
+        kvq_context *c32 = new_ctx(f->m, KVQ_CACHE_F32, 512);
+        assert_int_equal(kvq_eval(c32, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
+        for (int t = 0; t < 2; t++) {
+            kvq_context *c = new_ctx(f->m, types[t].t, 512);
+            assert_int_equal(kvq_eval(c, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
+            const float *got = kvq_logits(c);
+            double err = tu_rel_l2(got, f->p[k].logits, (size_t)f->n_vocab);
+            double moved = tu_rel_l2(got, kvq_logits(c32), (size_t)f->n_vocab);
+            int a[3], b[3];
+            top3(got, f->n_vocab, a);
+            top3(f->p[k].logits, f->n_vocab, b);
+            print_message("%s %s %s cache: rel L2 %.2e to the reference (bound %.2g), %.2e to the f32 cache, top1 %d (ref %d)\n",
+                          f->fam->name, PROMPT_NAME[k], kvq_cache_type_name(types[t].t), err, types[t].tol, moved, a[0], b[0]);
+            if (!(moved > 1e-7)) fail_msg("%s %s: the %s cache changed nothing", f->fam->name, PROMPT_NAME[k], kvq_cache_type_name(types[t].t));
+            if (!(err <= types[t].tol))
+                fail_msg("%s %s %s cache: rel L2 %.3e > %.2g", f->fam->name, PROMPT_NAME[k], kvq_cache_type_name(types[t].t), err, types[t].tol);
+            if (types[t].same_top && a[0] != b[0])
+                fail_msg("%s %s %s cache: top token %d, reference %d", f->fam->name, PROMPT_NAME[k], kvq_cache_type_name(types[t].t), a[0], b[0]);
+            kvq_context_free(c);
+        }
+        kvq_context_free(c32);
+    }
+}
+
+#define FIXTURE_SETUP(i, id) \
+    static int setup_##id(void **s) { return setup(s, i); }
+FIXTURE_SETUP(0, mixtral)
+FIXTURE_SETUP(1, command_r)
+FIXTURE_SETUP(2, gemma)
+FIXTURE_SETUP(3, phi3)
+FIXTURE_SETUP(4, qwen2)
+
+#define FAMILY_TESTS(id)                                                            \
+    cmocka_unit_test_setup_teardown(test_logits_f32, setup_##id, teardown),         \
+        cmocka_unit_test_setup_teardown(test_greedy, setup_##id, teardown),         \
+        cmocka_unit_test_setup_teardown(test_batch_vs_single, setup_##id, teardown), \
+        cmocka_unit_test_setup_teardown(test_kv_quantized, setup_##id, teardown)
+
+int main(void) {
+    g_backend = getenv("KVQ_TEST_BACKEND");
+    if (g_backend && *g_backend) {
+        const kvq_backend *be = kvq_backend_find(g_backend);
+        kvq_bctx *b = NULL;
+        kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
+        if (!be || be->init(&o, &b) != KVQ_OK) {
+            printf("[  SKIPPED ] backend %s does not start here: %s\n", g_backend, be ? kvq_last_error() : "not built");
+            return 0;
+        }
+        be->release(b);
+        g_gpu = strcmp(g_backend, "cpu") != 0;
+    }
+    const struct CMUnitTest tests[] = {
+        FAMILY_TESTS(mixtral), FAMILY_TESTS(command_r), FAMILY_TESTS(gemma), FAMILY_TESTS(phi3), FAMILY_TESTS(qwen2),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int n = 0;
+    for (int i = 0; i < N_FAMILIES; i++) n += g_skipped[i];
+    if (n) {
+        printf("[  SKIPPED ] families this kvq does not load (unsupported architecture):");
+        for (int i = 0; i < N_FAMILIES; i++)
+            if (g_skipped[i]) printf(" %s", FAMILIES[i].name);
+        printf("\n");
+    }
+    return rc;
+}
