@@ -133,13 +133,16 @@ static int teardown(void **state) {
         }                                                                                   \
     } while (0)
 
-static kvq_context *new_ctx(kvq_model *m, kvq_cache_type t, int n_batch) {
+/* A context just large enough for prompt k and its greedy tokens: kvq picks longrope's factors
+ * by the context size (llama.cpp's rule), so Phi-3's short prompt runs on short_factor as in
+ * the reference, and its long one on long_factor from the first token. */
+static kvq_context *new_ctx_for(const fixture *f, int k, kvq_cache_type t, int n_batch) {
     kvq_context_params p = kvq_context_default_params();
-    p.n_ctx = 256;
+    p.n_ctx = f->p[k].n_ids + f->p[k].n_greedy + 1;
     p.type_k = p.type_v = t;
     p.n_batch = n_batch;
     kvq_context *c;
-    if (kvq_context_new(m, &p, &c) != KVQ_OK) fail_msg("context: %s", kvq_last_error());
+    if (kvq_context_new(f->m, &p, &c) != KVQ_OK) fail_msg("context: %s", kvq_last_error());
     return c;
 }
 
@@ -162,7 +165,7 @@ static void test_logits_f32(void **state) {
     fixture *f = *state;
     NEED_MODEL(f);
     for (int k = 0; k < 2; k++) {
-        kvq_context *c = new_ctx(f->m, KVQ_CACHE_F32, 512);
+        kvq_context *c = new_ctx_for(f, k, KVQ_CACHE_F32, 512);
         assert_int_equal(kvq_eval(c, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
         const float *got = kvq_logits(c);
         double err = tu_rel_l2(got, f->p[k].logits, (size_t)f->n_vocab);
@@ -185,7 +188,7 @@ static void test_greedy(void **state) {
     sp.temp = 0;
     kvq_sampler *s = kvq_sampler_new(&sp);
     for (int k = 0; k < 2; k++) {
-        kvq_context *c = new_ctx(f->m, KVQ_CACHE_F32, 512);
+        kvq_context *c = new_ctx_for(f, k, KVQ_CACHE_F32, 512);
         assert_int_equal(kvq_eval(c, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
         for (int i = 0; i < f->p[k].n_greedy; i++) {
             int32_t id = kvq_sample(s, kvq_logits(c), f->n_vocab);
@@ -200,15 +203,15 @@ static void test_greedy(void **state) {
 }
 
 /* The prompt fed one token at a time, and in batches of 3, gives the batch logits
- * (for Phi-3's prompt2 this crosses original_max_position_embeddings mid-prompt:
- * HF then runs the whole sequence on long_factor, see the fixture's `about`). */
+ * (Phi-3's prompt2 crosses original_max_position_embeddings mid-prompt: HF then runs
+ * the whole sequence on long_factor, as kvq does for a context longer than it). */
 static void test_batch_vs_single(void **state) {
     fixture *f = *state;
     NEED_MODEL(f);
     for (int k = 0; k < 2; k++) {
-        kvq_context *whole = new_ctx(f->m, KVQ_CACHE_F32, 512);
-        kvq_context *one = new_ctx(f->m, KVQ_CACHE_F32, 1);
-        kvq_context *three = new_ctx(f->m, KVQ_CACHE_F32, 3);
+        kvq_context *whole = new_ctx_for(f, k, KVQ_CACHE_F32, 512);
+        kvq_context *one = new_ctx_for(f, k, KVQ_CACHE_F32, 1);
+        kvq_context *three = new_ctx_for(f, k, KVQ_CACHE_F32, 3);
         assert_int_equal(kvq_eval(whole, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
         for (int i = 0; i < f->p[k].n_ids; i++) assert_int_equal(kvq_eval(one, f->p[k].ids + i, 1), KVQ_OK);
         assert_int_equal(kvq_eval(three, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
@@ -232,10 +235,10 @@ static void test_kv_quantized(void **state) {
         int same_top;
     } types[] = {{KVQ_CACHE_Q8, TOL_Q8, 1}, {KVQ_CACHE_Q4, TOL_Q4, 0}};
     for (int k = 0; k < 2; k++) {
-        kvq_context *c32 = new_ctx(f->m, KVQ_CACHE_F32, 512);
+        kvq_context *c32 = new_ctx_for(f, k, KVQ_CACHE_F32, 512);
         assert_int_equal(kvq_eval(c32, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
         for (int t = 0; t < 2; t++) {
-            kvq_context *c = new_ctx(f->m, types[t].t, 512);
+            kvq_context *c = new_ctx_for(f, k, types[t].t, 512);
             assert_int_equal(kvq_eval(c, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
             const float *got = kvq_logits(c);
             double err = tu_rel_l2(got, f->p[k].logits, (size_t)f->n_vocab);
