@@ -109,6 +109,47 @@ static void test_chat_brown_fp16(void **s) { check_chat_model("brown-llama-fp16"
 static void test_chat_llama3(void **s) { check_chat_model("llama3-tiny-aqlm-1x16g16", 0); }
 static void test_chat_mistral(void **s) { check_chat_model("mistral-tiny-aqlm-2x8", 0); }
 
+/* kvq-chat on each family's fixture: the prompt it feeds is the family's published chat
+ * template around the user's text (the ids kvq-tokenize --chat gives), and the greedy reply
+ * is the same on the CPU and on Vulkan (when a Vulkan device starts). */
+static void test_chat_families(void **state) {
+    static const char *fams[] = {"mixtral-tiny-aqlm-1x16", "command-r-tiny-aqlm-1x16", "gemma-tiny-aqlm-2x8",
+                                 "phi3-tiny-aqlm-1x16g8", "qwen2-tiny-aqlm-2x8"};
+    char conv[512], cmd[8192];
+    snprintf(conv, sizeof conv, "%s/conv.json", tu_tmpdir());
+    FILE *f = fopen(conv, "w");
+    assert_non_null(f);
+    fputs("[{\"role\": \"user\", \"content\": \"Where is the jury?\"}]", f);
+    fclose(f);
+    for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
+        char dir[4096], cpu[4096];
+        snprintf(dir, sizeof dir, "%s/tests/data/models/%s", KVQ_SOURCE_DIR, fams[i]);
+        int st;
+        snprintf(cmd, sizeof cmd, "kvq-tokenize -m %s --chat %s", dir, conv);
+        char *ids = run_tool(cmd, &st);
+        assert_int_equal(st, 0);
+        ids[strcspn(ids, "\n")] = 0;
+        const char *backends[2] = {"cpu", "vulkan"};
+        for (int b = 0; b < 2; b++) {
+            snprintf(cmd, sizeof cmd, "kvq-chat -m %s -p 'Where is the jury?' --chat --verbose-prompt --ids -n 6 --temp 0 --ignore-eos --backend %s",
+                     dir, backends[b]);
+            char *out = run_tool(cmd, &st);
+            if (b == 1 && st != 0 && strstr(g_stderr, "vulkan")) {
+                print_message("%s: no Vulkan device here (%s)\n", fams[i], g_stderr);
+                free(out);
+                break;
+            }
+            if (st != 0) fail_msg("%s on %s: exit %d: %s", fams[i], backends[b], st, g_stderr);
+            if (!strstr(g_stderr, ids)) fail_msg("%s on %s: prompt ids are not the template's '%s': %s", fams[i], backends[b], ids, g_stderr);
+            if (b == 0) snprintf(cpu, sizeof cpu, "%s", out);
+            else if (strcmp(out, cpu) != 0) fail_msg("%s: vulkan replied '%s', cpu '%s'", fams[i], out, cpu);
+            free(out);
+        }
+        print_message("%s: chat prompt ids %s\n", fams[i], ids);
+        free(ids);
+    }
+}
+
 static void test_logits_out(void **state) {
     const char *dir = tu_fixture("models/brown-llama-aqlm-2x8");
     TU_NEED_FIXTURE(dir);
@@ -245,7 +286,7 @@ static void test_bad_models(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_help),           cmocka_unit_test(test_demo_default),   cmocka_unit_test(test_chat_brown_2x8),
+        cmocka_unit_test(test_help),           cmocka_unit_test(test_demo_default),   cmocka_unit_test(test_chat_brown_2x8), cmocka_unit_test(test_chat_families),
         cmocka_unit_test(test_chat_brown_1x16), cmocka_unit_test(test_chat_brown_fp16), cmocka_unit_test(test_chat_llama3),
         cmocka_unit_test(test_chat_mistral),   cmocka_unit_test(test_logits_out),     cmocka_unit_test(test_bad_models),
     };
