@@ -2,5 +2,5 @@
 // rms_norm with subgroup arithmetic (picked when b->caps.subgroup_arith).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-#define RMS_SUBGROUP 1
+#define WG_SUBGROUP 1
 #include "rms_norm.glsl"

@@ -274,18 +274,8 @@ FIXTURE_SETUP(4, qwen2)
         cmocka_unit_test_setup_teardown(test_kv_quantized, setup_##id, teardown)
 
 int main(void) {
-    g_backend = getenv("KVQ_TEST_BACKEND");
-    if (g_backend && *g_backend) {
-        const kvq_backend *be = kvq_backend_find(g_backend);
-        kvq_bctx *b = NULL;
-        kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
-        if (!be || be->init(&o, &b) != KVQ_OK) {
-            printf("[  SKIPPED ] backend %s does not start here: %s\n", g_backend, be ? kvq_last_error() : "not built");
-            return 0;
-        }
-        be->release(b);
-        g_gpu = strcmp(g_backend, "cpu") != 0;
-    }
+    if (!tu_env_backend(&g_backend)) return 0;
+    g_gpu = g_backend && strcmp(g_backend, "cpu") != 0;
     const struct CMUnitTest tests[] = {
         FAMILY_TESTS(mixtral), FAMILY_TESTS(command_r), FAMILY_TESTS(gemma), FAMILY_TESTS(phi3), FAMILY_TESTS(qwen2),
     };

@@ -300,18 +300,8 @@ static void test_lut8(void **state) {
         cmocka_unit_test_setup_teardown(test_eval_batch, setup_##id, teardown)
 
 int main(void) {
-    g_backend = getenv("KVQ_TEST_BACKEND");
-    if (g_backend && *g_backend) {
-        const kvq_backend *be = kvq_backend_find(g_backend);
-        kvq_bctx *b = NULL;
-        kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
-        if (!be || be->init(&o, &b) != KVQ_OK) {
-            printf("[  SKIPPED ] backend %s does not start here: %s\n", g_backend, be ? kvq_last_error() : "not built");
-            return 0;
-        }
-        be->release(b);
-        if (strcmp(g_backend, "cpu")) g_tol_f32 = g_tol_f16 = 5e-3; /* a GPU's own bound (issue 8) */
-    }
+    if (!tu_env_backend(&g_backend)) return 0;
+    if (g_backend && strcmp(g_backend, "cpu")) g_tol_f32 = g_tol_f16 = 5e-3; /* a GPU's own bound (issue 8) */
     const struct CMUnitTest tests[] = {
         MODEL_TESTS(fp16), MODEL_TESTS(a2x8), MODEL_TESTS(a1x16), MODEL_TESTS(llama3), MODEL_TESTS(mistral),
         cmocka_unit_test_setup_teardown(test_context_limits, setup_a2x8, teardown),

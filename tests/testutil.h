@@ -43,4 +43,8 @@ double tu_nll(const float *row, int n, int target);
 /* Temp directory unique to this process (created once). */
 const char *tu_tmpdir(void);
 
+/* The backend named by $KVQ_TEST_BACKEND (NULL: the automatic choice) in *name. Returns 0,
+ * after a "[  SKIPPED ]" line, when that backend does not start on this machine. */
+int tu_env_backend(const char **name);
+
 #endif
