@@ -85,7 +85,7 @@ typedef struct srv_req {
 } srv_req;
 
 typedef struct srv_metrics {
-    unsigned long requests[8], errors_4xx, errors_5xx, rejected_busy, disconnects;
+    unsigned long requests[8], errors_4xx, errors_5xx, rejected_busy, queued_total, disconnects;
     unsigned long prompt_tokens, prompt_tokens_cached, gen_tokens, steps;
     double prompt_seconds, gen_seconds, gen_tps_ema;
 } srv_metrics;

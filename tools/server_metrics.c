@@ -57,6 +57,7 @@ char *srv_metrics_text(const srv_snapshot *sn) {
         m->errors_4xx, m->errors_5xx);
     metric(&b, "requests_rejected_busy_total", "counter", "Completions refused with 503 (all slots busy, queue full).",
            (double)m->rejected_busy);
+    metric(&b, "requests_queued_total", "counter", "Completions that waited for a slot.", (double)m->queued_total);
     metric(&b, "client_disconnects_total", "counter", "Completions whose client went away before the end.", (double)m->disconnects);
     metric(&b, "prompt_tokens_total", "counter", "Prompt tokens of admitted completions.", (double)m->prompt_tokens);
     metric(&b, "prompt_tokens_cached_total", "counter", "Prompt tokens reused from a slot's KV cache.", (double)m->prompt_tokens_cached);

@@ -46,6 +46,11 @@ typedef struct {
     sbuf hold, out;      /* text held back for stop strings; text to publish after this step */
     int content_seen, finish;
     double last_use;
+    /* logits after the last prompt a request read here: a repeated prompt samples from
+     * them instead of evaluating its last token again (the same numbers as the first
+     * time, so a seeded request repeats exactly) */
+    float *saved;
+    int n_saved; /* the logits follow ids[0..n_saved); 0: none */
 } slot;
 
 struct srv_server {
@@ -188,6 +193,7 @@ srv_req *srv_submit(srv_server *s, const srv_params *p, int32_t *prompt, int n_p
     }
     r->id = ++s->next_id;
     r->queued = 1;
+    if (busy + s->n_queued >= s->n_slots) s->met.queued_total++;
     if (s->q_tail) s->q_tail->next = r;
     else s->q_head = r;
     s->q_tail = r;
@@ -234,7 +240,8 @@ static void admit(srv_server *s) {
             req_unref(r);
             continue;
         }
-        if (common >= r->n_prompt) common = r->n_prompt - 1; /* the last token again, for its logits */
+        if (common >= r->n_prompt && sl->n_saved != r->n_prompt)
+            common = r->n_prompt - 1; /* the last token again, for its logits */
         sl->smp = kvq_sampler_new(&r->sp);
         sl->dt = kvq_detok_new(s->tok, 1);
         if (!sl->smp || !sl->dt || kvq_kv_truncate(sl->c, common) != KVQ_OK) {
@@ -249,6 +256,7 @@ static void admit(srv_server *s) {
             continue;
         }
         sl->n_ids = common;
+        if (sl->n_saved > common) sl->n_saved = 0;
         r->n_cached = common;
         r->slot = (int)(sl - s->slots);
         sl->r = r;
@@ -322,9 +330,8 @@ static void flush_text(slot *sl, int finish) {
 }
 
 /* After an evaluation that left fresh logits in the slot: samples the next token. */
-static void sample_next(srv_server *s, slot *sl) {
+static void sample_next(srv_server *s, slot *sl, const float *lg) {
     srv_req *r = sl->r;
-    const float *lg = kvq_logits(sl->c);
     if (r->presence != 0 || r->frequency != 0) {
         memcpy(s->logits, lg, sizeof *lg * (size_t)s->n_vocab);
         for (int i = 0; i < r->n_gen; i++) {
@@ -388,29 +395,46 @@ static void step(srv_server *s) {
             s->prefill_next = (i + 1) % s->n_slots;
         }
     }
+    for (int i = 0; i < s->n_slots; i++) { /* a repeated prompt: its logits are saved */
+        slot *sl = &s->slots[i];
+        if (sl->r && !sl->has_pending && sl->n_ids == sl->r->n_prompt && !sl->r->t_prompt_done) {
+            ctx[count] = NULL;
+            ids[count] = NULL;
+            n[count] = 0;
+            who[count++] = i;
+        }
+    }
     if (!count) {
         pthread_mutex_lock(&s->mu);
         return;
     }
+    /* the evaluated entries come first; saved-logits entries (ctx NULL) after them */
+    int n_eval = 0;
+    while (n_eval < count && ctx[n_eval]) n_eval++;
     double t0 = kvq_tool_now();
-    kvq_status st = kvq_eval_batch(ctx, ids, n, count);
+    kvq_status st = n_eval ? kvq_eval_batch(ctx, ids, n, n_eval) : KVQ_OK;
     double dt = kvq_tool_now() - t0;
     for (int j = 0; j < count; j++) {
         slot *sl = &s->slots[who[j]];
         gen0[j] = sl->r->n_gen;
         sl->finish = SRV_FINISH_NONE;
         sl->out.n = 0;
-        if (st != KVQ_OK) continue;
-        if (sl->has_pending) {
+        if (st != KVQ_OK && ctx[j]) continue;
+        if (!ctx[j]) {
+            sl->r->t_prompt_done = kvq_tool_now();
+            sample_next(s, sl, sl->saved);
+        } else if (sl->has_pending) {
             sl->ids[sl->n_ids++] = sl->pending;
             sl->has_pending = 0;
-            sample_next(s, sl);
+            sample_next(s, sl, kvq_logits(sl->c));
         } else {
             memcpy(sl->ids + sl->n_ids, ids[j], sizeof **ids * (size_t)n[j]);
             sl->n_ids += n[j];
             if (sl->n_ids == sl->r->n_prompt) {
                 sl->r->t_prompt_done = kvq_tool_now();
-                sample_next(s, sl);
+                memcpy(sl->saved, kvq_logits(sl->c), sizeof *sl->saved * (size_t)s->n_vocab);
+                sl->n_saved = sl->n_ids;
+                sample_next(s, sl, sl->saved);
             }
         }
     }
@@ -426,10 +450,10 @@ static void step(srv_server *s) {
         slot *sl = &s->slots[who[j]];
         srv_req *r = sl->r;
         s->met.gen_tokens += (unsigned long)(r->n_gen - gen0[j]);
-        if (st != KVQ_OK) {
+        if (st != KVQ_OK && ctx[j]) {
             srv_fail(&r->err, 500, NULL, "evaluation failed: %s", kvq_last_error());
             kvq_kv_truncate(sl->c, 0);
-            sl->n_ids = 0;
+            sl->n_ids = sl->n_saved = 0;
             finish_slot(s, sl, SRV_FINISH_STOP);
             continue;
         }
@@ -524,7 +548,8 @@ int srv_sched_start(srv_server **out, const srv_opts *o, kvq_model *m) {
         sl->ids = malloc(sizeof *sl->ids * (size_t)(s->n_ctx + 1));
         sl->gen = malloc(sizeof *sl->gen * (size_t)(s->n_ctx + 1));
         sl->counts = calloc((size_t)s->n_vocab, sizeof *sl->counts);
-        if (!sl->ids || !sl->gen || !sl->counts) return kvq_tool_die(SRV_PROG, "out of memory");
+        sl->saved = malloc(sizeof *sl->saved * (size_t)s->n_vocab);
+        if (!sl->ids || !sl->gen || !sl->counts || !sl->saved) return kvq_tool_die(SRV_PROG, "out of memory");
         s->kv_total += kvq_kv_bytes_total(sl->c);
     }
     if (pthread_create(&s->th, NULL, sched_main, s)) return kvq_tool_die(SRV_PROG, "cannot start the scheduler thread");
@@ -551,6 +576,7 @@ void srv_sched_free(srv_server *s) {
         free(sl->ids);
         free(sl->gen);
         free(sl->counts);
+        free(sl->saved);
         free(sl->hold.p);
         free(sl->out.p);
         kvq_sampler_free(sl->smp);
