@@ -65,6 +65,7 @@ struct srv_server {
     int stop, started, n_queued, prefill_next;
     srv_req *q_head, *q_tail;
     long next_id;
+    int step_ms; /* KVQ_SERVER_STEP_MS: a pause per step, so tests can watch replies stream */
     srv_metrics met;
     size_t kv_used, kv_total;
 };
@@ -498,6 +499,10 @@ static void *sched_main(void *arg) {
         /* the scheduler alone changes slot state (outside the lock); the connections only
          * read published text and set `cancelled`, under it */
         pthread_mutex_unlock(&s->mu);
+        if (s->step_ms > 0) {
+            struct timespec ts = {s->step_ms / 1000, (long)(s->step_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         step(s); /* returns with the lock held */
         size_t used = 0;
         for (int i = 0; i < s->n_slots; i++) used += kvq_kv_bytes_used(s->slots[i].c);
@@ -530,6 +535,8 @@ int srv_sched_start(srv_server **out, const srv_opts *o, kvq_model *m) {
     s->n_slots = (int)o->n_slots;
     s->chunk = (int)o->chunk;
     s->queue_max = (int)o->queue;
+    const char *delay = getenv("KVQ_SERVER_STEP_MS");
+    s->step_ms = delay ? atoi(delay) : 0;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);

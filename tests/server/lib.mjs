@@ -10,9 +10,9 @@ export const BUILD_DIR = process.env.KVQ_BUILD_DIR || ".";
 
 // Starts kvq-server with the demo model (or KVQ_MODEL) plus args; resolves to
 // { url, port, proc, stderr(), stop() } once it prints its address.
-export async function startServer(args = [], { model = MODEL } = {}) {
+export async function startServer(args = [], { model = MODEL, env = {} } = {}) {
   const argv = ["--port", "0", "--backend", "cpu", ...(model ? ["-m", model] : []), ...args];
-  const proc = spawn(BIN, argv, { stdio: ["ignore", "pipe", "pipe"] });
+  const proc = spawn(BIN, argv, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
   let err = "", out = "";
   proc.stderr.on("data", (d) => { err += d; });
   const url = await new Promise((resolve, reject) => {
