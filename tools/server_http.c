@@ -511,10 +511,15 @@ static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url, 
         if (!(b = calloc(1, sizeof *b))) return MHD_NO;
         *con_cls = b;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > SRV_MAX_BODY) {
+        unsigned long long len = cl ? strtoull(cl, NULL, 10) : 0;
+        if (len > SRV_MAX_BODY) {
             b->too_large = 1;
-            srv_fail(&e, 413, "body_too_large", "the request body is %s bytes; the limit is %u", cl, SRV_MAX_BODY);
-            return send_error(h, c, -1, &e);
+            /* up to 64 MiB is read and dropped, so the client sees the answer rather than a
+             * reset while it writes; beyond, the answer goes now and the connection closes */
+            if (len > (64ull << 20)) {
+                srv_fail(&e, 413, "body_too_large", "the request body is %s bytes; the limit is %u", cl, SRV_MAX_BODY);
+                return send_error(h, c, -1, &e);
+            }
         }
         return MHD_YES;
     }
