@@ -282,6 +282,7 @@ static void take_text(slot *sl, const char *t, size_t k) {
     srv_req *r = sl->r;
     if (sl->finish) return;
     for (size_t i = 0; i < k; i++) {
+        if (!t[i]) continue; /* a <0x00> byte token: JSON strings here are C strings */
         if (r->plain_chat && t[i] == '\n') {
             if (!sl->content_seen) continue;
             sl->finish = SRV_FINISH_STOP;

@@ -2,6 +2,7 @@
 // chat messages are joined as plain text and a reply is the rest of the line).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
+import fs from "node:fs";
 import OpenAI from "openai";
 import { startServer, postJSON, metric } from "./lib.mjs";
 
@@ -167,4 +168,22 @@ test("SIGTERM while a stream runs: the stream ends, exit status 0", async () => 
     if (n > 5000) break;
   }
   assert.equal(await stopping, 0);
+});
+
+const LLAMA3 = new URL("../../../shared/fixtures/models/llama3-tiny-aqlm-1x16g16", import.meta.url).pathname;
+test("a model with a chat template (llama3 fixture)", { skip: fs.existsSync(LLAMA3) ? false : "no ../shared fixtures" }, async () => {
+  const s = await startServer(["-np", "1", "-c", "256"], { model: LLAMA3 });
+  try {
+    const c = new OpenAI({ baseURL: s.url + "/v1", apiKey: "none", maxRetries: 0 });
+    const m = await c.models.list();
+    assert.equal(m.data[0].meta.chat_template, "llama3");
+    const msgs = [{ role: "system", content: "Be brief." }, { role: "user", content: "Hello there" }];
+    const r = await c.chat.completions.create({ model: "x", messages: msgs, max_tokens: 8, temperature: 0 });
+    const raw = (await postJSON(s.url + "/tokenize", { content: "Be brief.Hello there" })).json.tokens.length;
+    assert.ok(r.usage.prompt_tokens > raw + 8, "the template's header tokens are in the prompt");
+    const st = await streamText(await c.chat.completions.create({ model: "x", messages: msgs, max_tokens: 8, temperature: 0, stream: true }));
+    assert.equal(st.text, r.choices[0].message.content);
+  } finally {
+    assert.equal(await s.stop(), 0);
+  }
 });
