@@ -11,7 +11,10 @@ export const BUILD_DIR = process.env.KVQ_BUILD_DIR || ".";
 // Starts kvq-server with the demo model (or KVQ_MODEL) plus args; resolves to
 // { url, port, proc, stderr(), stop() } once it prints its address.
 export async function startServer(args = [], { model = MODEL, env = {} } = {}) {
-  const argv = ["--port", "0", "--backend", "cpu", ...(model ? ["-m", model] : []), ...args];
+  // one thread: the CPU backend's multi-threaded decode hands out work as threads finish,
+  // so its float sums (and a temperature > 0 draw near a tie) can differ from run to run
+  const threads = args.includes("-t") ? [] : ["-t", "1"];
+  const argv = ["--port", "0", "--backend", "cpu", ...threads, ...(model ? ["-m", model] : []), ...args];
   const proc = spawn(BIN, argv, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
   let err = "", out = "";
   proc.stderr.on("data", (d) => { err += d; });
