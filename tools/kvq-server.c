@@ -181,6 +181,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s: %s: stopping\n", P, sig == SIGINT ? "SIGINT" : "SIGTERM");
     srv_http_quiesce(h); /* no new connections */
     srv_sched_stop(s);   /* queued requests get 503, running streams end */
+    srv_http_drain(h, 10); /* ... and their last bytes go out */
     rc = 0;
 out:
     srv_http_stop(h); /* waits for the open connections */

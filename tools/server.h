@@ -140,7 +140,9 @@ int srv_http_start(srv_http **out, srv_server *s, const srv_opts *o, const char 
                    const kvq_chat_template *tmpl, int *bound_port);
 /* Stops accepting connections (the listening socket closes). */
 void srv_http_quiesce(srv_http *h);
-/* Waits for the open connections to end and frees the daemon. */
+/* Waits up to `seconds` for the requests begun to be answered to their end. */
+void srv_http_drain(srv_http *h, double seconds);
+/* Closes the open connections and frees the daemon. */
 void srv_http_stop(srv_http *h);
 
 /* ---- the embedded page (generated from server_ui.html at build time) ------- */

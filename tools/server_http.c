@@ -31,6 +31,9 @@ struct srv_http {
     char model_name[256];
     int plain; /* the template is "none" */
     long created;
+    pthread_mutex_t mu; /* requests begun and not yet answered to the end (shutdown waits) */
+    pthread_cond_t cv;
+    int in_flight;
 };
 
 typedef struct {
@@ -510,6 +513,9 @@ static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url, 
     if (!b) {
         if (!(b = calloc(1, sizeof *b))) return MHD_NO;
         *con_cls = b;
+        pthread_mutex_lock(&h->mu);
+        h->in_flight++;
+        pthread_mutex_unlock(&h->mu);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         unsigned long long len = cl ? strtoull(cl, NULL, 10) : 0;
         if (len > SRV_MAX_BODY) {
@@ -572,7 +578,7 @@ static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url, 
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
+    srv_http *h = cls;
     (void)c;
     (void)toe;
     body *b = *con_cls;
@@ -580,6 +586,10 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         free(b->p);
         free(b);
         *con_cls = NULL;
+        pthread_mutex_lock(&h->mu);
+        h->in_flight--;
+        pthread_cond_broadcast(&h->cv);
+        pthread_mutex_unlock(&h->mu);
     }
 }
 
@@ -594,6 +604,8 @@ int srv_http_start(srv_http **out, srv_server *s, const srv_opts *o, const char 
     h->tok = kvq_model_tokenizer(srv_model(s));
     h->plain = !strcmp(kvq_chat_template_name(tmpl), "none");
     h->created = (long)time(NULL);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
     snprintf(h->model_name, sizeof h->model_name, "%s", model_name);
 
     struct addrinfo hints = {0}, *ai = NULL;
@@ -634,8 +646,21 @@ void srv_http_quiesce(srv_http *h) {
     if (fd != MHD_INVALID_SOCKET) close(fd);
 }
 
+void srv_http_drain(srv_http *h, double seconds) {
+    if (!h) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)seconds;
+    pthread_mutex_lock(&h->mu);
+    while (h->in_flight > 0)
+        if (pthread_cond_timedwait(&h->cv, &h->mu, &ts)) break;
+    pthread_mutex_unlock(&h->mu);
+}
+
 void srv_http_stop(srv_http *h) {
     if (!h) return;
     if (h->d) MHD_stop_daemon(h->d);
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
     free(h);
 }
