@@ -28,6 +28,10 @@ export async function startServer(args = [], { model = MODEL, env = {} } = {}) {
     proc.on("exit", (code) => { clearTimeout(timer); reject(new Error(`kvq-server exited (${code}) before listening: ${err}`)); });
   });
   const exited = once(proc, "exit");
+  // a test that dies leaves no server behind
+  const reap = () => { if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGKILL"); };
+  process.on("exit", reap);
+  exited.then(() => process.off("exit", reap));
   return {
     url, proc, port: Number(new URL(url).port), stderr: () => err,
     // SIGTERM, then the exit status (a graceful exit is 0)
