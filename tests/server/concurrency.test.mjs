@@ -108,3 +108,28 @@ test("a client that disconnects frees its slot", async () => {
     assert.equal(await srv.stop(), 0);
   }
 });
+
+test("a long prompt is read in chunks between decode steps: a running stream keeps going", async () => {
+  const srv = await startServer(["-np", "2", "-c", "1024", "--chunk", "32"]);
+  try {
+    const client = new OpenAI({ baseURL: srv.url + "/v1", apiKey: "none", maxRetries: 0 });
+    const times = [];
+    const running = (async () => {
+      const s = await client.completions.create({ model: "demo", prompt: "The jury said", max_tokens: 400, temperature: 0,
+                                                 stream: true, stream_options: { include_usage: true } });
+      for await (const ch of s) if (ch.choices[0]?.text) times.push(performance.now());
+    })();
+    while (times.length < 3) await sleep(5);
+    // ~700 prompt tokens: 22 chunks of 32, one per step, each step also decoding the running stream
+    const long = "word ".repeat(700);
+    const t0 = performance.now();
+    const s = await client.completions.create({ model: "demo", prompt: long, max_tokens: 1, stream: true });
+    let tFirst = 0;
+    for await (const ch of s) if (!tFirst && ch.choices[0]) tFirst = performance.now();
+    await running;
+    const during = times.filter((t) => t > t0 && t < tFirst).length;
+    assert.ok(during >= 10, `the running stream produced ${during} tokens while the long prompt was read`);
+  } finally {
+    assert.equal(await srv.stop(), 0);
+  }
+});
