@@ -222,25 +222,34 @@ static slot *pick_slot(srv_server *s, const srv_req *r, int *common) {
     return best;
 }
 
-/* Under the lock: moves queued requests into free slots. */
+/* Under the lock: drops the queued requests whose clients left, then moves the
+ * oldest ones into free slots (first come, first served). */
 static void admit(srv_server *s) {
-    srv_req **pp = &s->q_head, *prev = NULL;
-    while (*pp) {
+    for (srv_req **pp = &s->q_head, *prev = NULL; *pp;) {
         srv_req *r = *pp;
-        int common;
-        slot *sl = r->cancelled ? NULL : pick_slot(s, r, &common);
-        if (!r->cancelled && !sl) break; /* first come, first served */
+        if (!r->cancelled) {
+            prev = r;
+            pp = &r->next;
+            continue;
+        }
         *pp = r->next;
         if (s->q_tail == r) s->q_tail = prev;
+        s->n_queued--;
+        r->queued = 0;
+        r->done = 1;
+        pthread_cond_broadcast(&r->cv);
+        req_unref(r);
+    }
+    while (s->q_head) {
+        srv_req *r = s->q_head;
+        int common;
+        slot *sl = pick_slot(s, r, &common);
+        if (!sl) break;
+        s->q_head = r->next;
+        if (!s->q_head) s->q_tail = NULL;
         r->next = NULL;
         r->queued = 0;
         s->n_queued--;
-        if (r->cancelled) {
-            r->done = 1;
-            pthread_cond_broadcast(&r->cv);
-            req_unref(r);
-            continue;
-        }
         if (common >= r->n_prompt && sl->n_saved != r->n_prompt)
             common = r->n_prompt - 1; /* the last token again, for its logits */
         sl->smp = kvq_sampler_new(&r->sp);
