@@ -6,7 +6,7 @@ set -eu
 out=$1
 shared=$2
 shift 2
-targets=${*:-"safetensors st_index config tokenizer_load encode decode chat_template"}
+targets=${*:-"safetensors st_index config tokenizer_load encode decode chat_template server_request"}
 src=$(cd "$(dirname "$0")/.." && pwd)
 command -v jq >/dev/null && command -v perl >/dev/null || { echo "make_seeds: needs jq and perl" >&2; exit 77; }
 fx=$shared/fixtures
@@ -105,6 +105,16 @@ for t in $targets; do
         done
         [ -f "$fx/tokenizers/llama3/tokenizer_config.json" ] &&
             jq -j '.chat_template' "$fx/tokenizers/llama3/tokenizer_config.json" >"$d/llama3_template" ;;
+    server_request)
+        # byte 0: route (0 chat, 1 completions, 2 tokenize, 3 detokenize); the rest is the JSON body
+        printf '\000%s' '{"model":"demo","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]}],"max_tokens":16,"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":42,"stop":["\n","END"],"stream":true,"stream_options":{"include_usage":true},"presence_penalty":0.5,"frequency_penalty":-0.5,"n":1}' >"$d/chat"
+        printf '\000%s' '{"messages":[{"role":"developer","content":"x"},{"role":"assistant","content":"y"}],"max_completion_tokens":3,"logprobs":false}' >"$d/chat2"
+        printf '\001%s' '{"prompt":"The jury said","max_tokens":8,"stop":"said","echo":false,"logprobs":null}' >"$d/cmpl"
+        printf '\001%s' '{"prompt":[1,450,432,2857],"seed":-7}' >"$d/cmpl_ids"
+        printf '\001%s' '{"prompt":["one string"],"max_tokens":1e3}' >"$d/cmpl_arr"
+        printf '\002%s' '{"content":"Hello world","add_special":true}' >"$d/tok"
+        printf '\003%s' '{"tokens":[1,15043,3186]}' >"$d/detok"
+        printf '\000%s' '{"messages":[{"role":"wizard","content":1}],"max_tokens":0}' >"$d/bad" ;;
     *) echo "make_seeds: unknown target $t" >&2; exit 2 ;;
     esac
 done

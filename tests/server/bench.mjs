@@ -1,0 +1,68 @@
+#!/usr/bin/env node
+// kvq-server benchmark: aggregate generated tok/s at 1, 2, 4, 8 concurrent streams,
+// time to first token of a 128-token prompt while the other streams decode, and
+// KV cache MiB per stream (one slot of -c tokens).
+//   node tests/server/bench.mjs [--server BUILD/kvq-server] [-m DIR] [-c N] [-n TOKENS] [-- extra server flags]
+// e.g. node tests/server/bench.mjs -m models/demo -c 1024 -- -ctk q4 -ctv q4 -t 2
+// Prints one line per level: server streams=<n> agg_tps=<x> ttft_ms=<x> kv_mib_per_stream=<x>
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import OpenAI from "openai";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const args = process.argv.slice(2);
+const dash = args.includes("--") ? args.indexOf("--") : args.length;
+const opt = (name, dflt) => { const i = args.indexOf(name); return i >= 0 && i < dash ? args[i + 1] : dflt; };
+const extra = args.slice(dash + 1);
+process.env.KVQ_SERVER = opt("--server", path.join(here, "../../build/kvq-server"));
+const { startServer, metric, postJSON } = await import("./lib.mjs");
+const model = opt("-m", path.join(here, "../../models/demo"));
+const nCtx = Number(opt("-c", "1024"));
+const nGen = Number(opt("-n", "128"));
+const levels = (opt("--streams", "1,2,4,8")).split(",").map(Number);
+const maxStreams = Math.max(...levels);
+
+const srv = await startServer(["-np", String(maxStreams), "-c", String(nCtx), ...extra], { model });
+const client = new OpenAI({ baseURL: srv.url + "/v1", apiKey: "none", maxRetries: 0 });
+const vocab = (await client.models.list()).data[0].meta.n_vocab;
+let seed = 1;
+const rnd = () => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed; };
+// distinct prompts (random ids), so no stream reuses another's cache
+const prompt = (n) => [1, ...Array.from({ length: n - 1 }, () => 100 + (rnd() % (vocab - 100)))];
+
+// one stream: resolves to {tokens, ttft (ms), t0, tEnd}; `first` resolves at its first token
+function stream(ids, max_tokens) {
+  let markFirst;
+  const first = new Promise((r) => { markFirst = r; });
+  const done = (async () => {
+    const t0 = performance.now();
+    let ttft = 0, usage = null;
+    const s = await client.completions.create({ model: "x", prompt: ids, max_tokens, temperature: 0, stream: true,
+                                               stream_options: { include_usage: true } });
+    for await (const ch of s) {
+      if (!ttft && ch.choices[0]) { ttft = performance.now() - t0; markFirst(); }
+      if (ch.usage) usage = ch.usage;
+    }
+    markFirst();
+    return { tokens: usage ? usage.completion_tokens : 0, ttft, t0, tEnd: performance.now() };
+  })();
+  return { first, done };
+}
+
+const kvTotal = await metric(srv.url, "kv_cache_bytes_total");
+const kvPerStream = kvTotal / maxStreams / (1 << 20);
+await stream(prompt(32), 8).done; // warm up
+for (const n of levels) {
+  // aggregate: n streams of nGen tokens from 32-token prompts, all started together
+  const t0 = performance.now();
+  const runs = await Promise.all(Array.from({ length: n }, () => stream(prompt(32), nGen).done));
+  const wall = (Math.max(...runs.map((r) => r.tEnd)) - t0) / 1000;
+  const agg = runs.reduce((a, r) => a + r.tokens, 0) / wall;
+  // time to first token of a 128-token prompt while n-1 other streams decode
+  const others = Array.from({ length: n - 1 }, () => stream(prompt(32), 4 * nGen));
+  await Promise.all(others.map((o) => o.first));
+  const probe = await stream(prompt(128), 1).done;
+  await Promise.all(others.map((o) => o.done));
+  console.log(`server streams=${n} agg_tps=${agg.toFixed(1)} ttft_ms=${probe.ttft.toFixed(1)} kv_mib_per_stream=${kvPerStream.toFixed(3)}`);
+}
+await srv.stop();

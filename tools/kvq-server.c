@@ -1,0 +1,192 @@
+/* kvq-server: an OpenAI-compatible HTTP server (chat and text completions,
+ * streamed or not) with a chat page at /, many conversations on one model:
+ * -np slots, each its own region of the (quantized) KV cache, one scheduler
+ * thread batching their tokens. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "server.h"
+
+const char *SRV_PROG = "kvq-server";
+static const char *P = "kvq-server";
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kvq-server [-m DIR] [--host ADDR] [--port N] [-np N] [-c N] [options]\n"
+            "  -m, --model DIR       HF model directory (default: the bundled demo model)\n"
+            "  --host ADDR           address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)\n"
+            "  --port N              TCP port (default 8080; 0 picks a free one). The bound address is\n"
+            "                        printed on stdout: 'kvq-server: listening on http://ADDR:PORT'\n"
+            "  -np, --parallel N     slots: conversations generated at once (default 4)\n"
+            "  -c, --ctx-size N      context length of each slot (default: min(trained, 4096))\n"
+            "  --queue N             requests that may wait for a slot; beyond, 503 (default 64)\n"
+            "  --chunk N             prompt tokens read per step between decode steps (default 256)\n"
+            "  -b, --batch-size N    tokens per forward pass (default 512)\n"
+            "  -t, --threads N       CPU threads (default: all cores)\n"
+            "  -ctk, --cache-type-k T   K cache type: f32, f16, q8, q4 (default f16)\n"
+            "  -ctv, --cache-type-v T   V cache type: f32, f16, q8, q4 (default f16)\n"
+            "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
+            "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
+            "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
+            "  -ngl, --n-gpu-layers N   layers to offload to a GPU (not in this build: see --backend)\n"
+            "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
+            "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables\n"
+            "  --chat-template NAME  none, llama2, llama3, mistral, chatml, phi3, gemma, command-r\n"
+            "                        (default: recognized from tokenizer_config.json)\n"
+            "  --alias NAME          model id in /v1/models and in answers (default: the directory's name)\n"
+            "  --api-key KEY         require 'Authorization: Bearer KEY' (all routes but / and /health)\n"
+            "  -h, --help            this help\n"
+            "  --version             print the version\n"
+            "Routes: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
+            "        GET /v1/models, /health, /metrics, / (chat page). SIGINT/SIGTERM: exit 0.\n");
+}
+
+static int parse(int argc, char **argv, srv_opts *o) {
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->n_slots = 4;
+    o->queue = 64;
+    o->chunk = 256;
+    o->ngl = -1;
+    o->type_k = o->type_v = KVQ_CACHE_F16;
+    o->kv_rotate = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED_ARG()                                                        \
+    do {                                                                  \
+        if (!v) return kvq_tool_die(P, "option %s needs a value", a) + 1; \
+        i++;                                                              \
+    } while (0)
+#define IS(x, y) (!strcmp(a, x) || !strcmp(a, y))
+        if (IS("-h", "--help")) { usage(stdout); return -1; }
+        else if (IS("-m", "--model")) { NEED_ARG(); o->model_dir = v; }
+        else if (IS("--host", "--host")) { NEED_ARG(); o->host = v; }
+        else if (IS("--backend", "--backend")) { NEED_ARG(); o->backend = v; }
+        else if (IS("--device", "--device")) { NEED_ARG(); o->device = v; }
+        else if (IS("--chat-template", "--chat-template")) { NEED_ARG(); o->chat_template = v; }
+        else if (IS("--alias", "-a")) { NEED_ARG(); o->alias = v; }
+        else if (IS("--api-key", "--api-key")) { NEED_ARG(); o->api_key = v; }
+        else if (IS("--aqlm-cb8", "--aqlm-cb8")) o->aqlm_cb8 = 1;
+        else if (IS("--aqlm-lut8", "--aqlm-lut8")) o->aqlm_lut8 = 1;
+        else if (IS("--kv-rotate", "--kv-rotate")) o->kv_rotate = 1;
+        else if (IS("--no-kv-rotate", "--no-kv-rotate")) o->kv_rotate = 0;
+        else if (IS("--port", "--port")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 65535, &o->port)) goto bad; }
+        else if (IS("-np", "--parallel")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 256, &o->n_slots)) goto bad; }
+        else if (IS("-c", "--ctx-size")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 24, &o->n_ctx)) goto bad; }
+        else if (IS("--queue", "--queue")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 20, &o->queue)) goto bad; }
+        else if (IS("--chunk", "--chunk")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->chunk)) goto bad; }
+        else if (IS("-b", "--batch-size")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->n_batch)) goto bad; }
+        else if (IS("-t", "--threads")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1024, &o->threads)) goto bad; }
+        else if (IS("-ngl", "--n-gpu-layers")) { NEED_ARG(); if (kvq_tool_parse_int(v, -1, 1 << 20, &o->ngl)) goto bad; }
+        else if (IS("-ctk", "--cache-type-k")) { NEED_ARG(); if ((o->type_k = kvq_cache_type_parse(v)) < 0) goto bad; }
+        else if (IS("-ctv", "--cache-type-v")) { NEED_ARG(); if ((o->type_v = kvq_cache_type_parse(v)) < 0) goto bad; }
+        else return kvq_tool_die(P, "unknown option '%s' (see --help)", a) + 1;
+        continue;
+    bad:
+        return kvq_tool_die(P, "bad value '%s' for %s", v, a) + 1;
+#undef NEED_ARG
+#undef IS
+    }
+    /* kvq_model_params has no per-layer GPU offload: the whole model runs on one backend */
+    if (o->ngl >= 0)
+        return kvq_tool_die(P, "-ngl %ld: per-layer GPU offload is not in this build; --backend vulkan runs the whole model on a GPU",
+                            o->ngl) + 1;
+    if (o->chat_template) {
+        static const char *const names[] = {"none", "llama2", "llama3", "mistral", "chatml", "phi3", "gemma", "command-r"};
+        int ok = 0;
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++) ok |= !strcmp(o->chat_template, names[i]);
+        if (!ok)
+            return kvq_tool_die(P, "unknown chat template '%s' (none, llama2, llama3, mistral, chatml, phi3, gemma, command-r)",
+                                o->chat_template) + 1;
+    }
+    return 0;
+}
+
+static void model_name(const srv_opts *o, char *out, size_t size) {
+    if (o->alias) {
+        snprintf(out, size, "%s", o->alias);
+        return;
+    }
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", o->model_dir);
+    size_t n = strlen(tmp);
+    while (n > 1 && tmp[n - 1] == '/') tmp[--n] = 0;
+    const char *base = strrchr(tmp, '/');
+    snprintf(out, size, "%s", base && base[1] ? base + 1 : tmp);
+}
+
+int main(int argc, char **argv) {
+    if (kvq_tool_version(P, argc, argv)) return 0;
+    srv_opts o = {0};
+    int pr = parse(argc, argv, &o);
+    if (pr) return pr < 0 ? 0 : 1;
+    if (!o.model_dir && !(o.model_dir = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model is not found");
+
+    /* SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = o.backend;
+    mp.device = o.device;
+    mp.n_threads = (int)o.threads;
+    mp.aqlm_cb8 = o.aqlm_cb8;
+    mp.aqlm_lut8 = o.aqlm_lut8;
+    double t0 = kvq_tool_now();
+    kvq_model *m;
+    if (kvq_model_load(o.model_dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+    kvq_tool_report_backend(P, m);
+    kvq_chat_template *tmpl = NULL;
+    kvq_status st = kvq_chat_template_load(o.model_dir, o.chat_template, &tmpl);
+    if (st == KVQ_ERR_UNSUPPORTED) {
+        fprintf(stderr, "%s: %s; chat messages are joined as plain text\n", P, kvq_last_error());
+        st = kvq_chat_template_load(o.model_dir, "none", &tmpl);
+    }
+    if (st != KVQ_OK) {
+        kvq_model_free(m);
+        return kvq_tool_die(P, "%s", kvq_last_error());
+    }
+    if (!o.n_ctx) {
+        int train = kvq_model_n_ctx_train(m);
+        o.n_ctx = train > 0 && train < 4096 ? train : 4096;
+    }
+    if (o.n_ctx > kvq_model_n_ctx_train(m))
+        fprintf(stderr, "%s: -c %ld is above the trained context (%d)\n", P, o.n_ctx, kvq_model_n_ctx_train(m));
+
+    int rc = 1, port = 0;
+    srv_server *s = NULL;
+    srv_http *h = NULL;
+    char name[256];
+    model_name(&o, name, sizeof name);
+    if (srv_sched_start(&s, &o, m) || srv_http_start(&h, s, &o, name, tmpl, &port)) goto out;
+    srv_snapshot sn;
+    srv_snapshot_get(s, &sn);
+    fprintf(stderr, "%s: %s, %ld slots of %ld tokens, KV cache %.2f MiB (K %s, V %s), chat template %s, loaded in %.2f s\n", P,
+            name, o.n_slots, o.n_ctx, (double)sn.kv_total / (1 << 20), kvq_cache_type_name((kvq_cache_type)o.type_k),
+            kvq_cache_type_name((kvq_cache_type)o.type_v), kvq_chat_template_name(tmpl), kvq_tool_now() - t0);
+    int v6 = strchr(o.host, ':') != NULL;
+    printf("%s: listening on http://%s%s%s:%d\n", P, v6 ? "[" : "", o.host, v6 ? "]" : "", port);
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "%s: %s: stopping\n", P, sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv_http_quiesce(h); /* no new connections */
+    srv_sched_stop(s);   /* queued requests get 503, running streams end */
+    srv_http_drain(h, 10); /* ... and their last bytes go out */
+    rc = 0;
+out:
+    srv_http_stop(h); /* waits for the open connections */
+    srv_sched_free(s);
+    kvq_chat_template_free(tmpl);
+    kvq_model_free(m);
+    return rc;
+}

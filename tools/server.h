@@ -1,0 +1,152 @@
+/* kvq-server internals: request parsing (server_request.c), the slots and the
+ * scheduler thread (server_sched.c), HTTP routes (server_http.c), Prometheus
+ * metrics (server_metrics.c) and the embedded chat page (server_ui.html). */
+#ifndef KVQ_TOOLS_SERVER_H
+#define KVQ_TOOLS_SERVER_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvq.h"
+
+extern const char *SRV_PROG;
+
+#define SRV_MAX_STOP 4
+#define SRV_MAX_BODY (8u << 20) /* bytes of a request body; more answers 413 */
+
+/* ---- server_request.c: JSON bodies to parameters, no model needed ---------- */
+
+typedef struct {
+    int status;       /* HTTP status: 400, 401, 404, 405, 413, 503, 500 */
+    const char *type; /* OpenAI error type, e.g. "invalid_request_error" */
+    const char *code; /* OpenAI error code or NULL */
+    char message[512];
+} srv_error;
+
+/* Fills e and returns -1 (for `return srv_fail(...)`). */
+int srv_fail(srv_error *e, int status, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+typedef struct {
+    int chat; /* 1: /v1/chat/completions, 0: /v1/completions */
+    /* chat: the messages (role and content strings owned here) */
+    kvq_chat_msg *msgs;
+    int n_msgs;
+    /* completion: the prompt as text, or as token ids */
+    char *prompt;
+    int32_t *prompt_ids;
+    int n_prompt_ids;
+
+    int stream, include_usage;
+    long max_tokens; /* -1: not given (until end of text or full context) */
+    double temperature, top_p, min_p, presence_penalty, frequency_penalty;
+    long top_k;
+    int has_temperature, has_top_p, has_min_p, has_top_k, has_seed;
+    uint64_t seed;
+    char *stop[SRV_MAX_STOP];
+    int n_stop;
+} srv_params;
+
+/* Parses and checks a completion request body (chat: 1 for chat completions).
+ * Returns 0, or -1 with e filled (4xx); p is then empty. */
+int srv_parse_completion(const char *body, size_t len, int chat, srv_params *p, srv_error *e);
+void srv_params_free(srv_params *p);
+
+/* POST /tokenize {"content": str, "add_special": bool}; /detokenize {"tokens": [int]}. */
+int srv_parse_tokenize(const char *body, size_t len, char **content, int *add_special, srv_error *e);
+int srv_parse_detokenize(const char *body, size_t len, int32_t **ids, int *n, srv_error *e);
+
+/* ---- server_sched.c: slots, queue, scheduler thread ----------------------- */
+
+enum { SRV_FINISH_NONE, SRV_FINISH_STOP, SRV_FINISH_LENGTH };
+
+/* One completion request, shared by its HTTP connection and the scheduler.
+ * Fields below `out` change under the server's lock. */
+typedef struct srv_req {
+    struct srv_req *next; /* queue link */
+    long id;
+    int chat, plain_chat; /* plain_chat: no template, the reply is the rest of the line */
+    int32_t *prompt;
+    int n_prompt;
+    long max_tokens; /* already clipped to the context */
+    kvq_sampler_params sp;
+    float presence, frequency;
+    char *stop[SRV_MAX_STOP];
+    int n_stop;
+
+    /* out: text produced so far, consumed by the HTTP side from `sent` */
+    pthread_cond_t cv;
+    char *text;
+    size_t n_text, cap_text, sent;
+    int n_gen, n_cached; /* tokens generated; prompt tokens reused from a slot's cache */
+    int done, finish, cancelled, refs, queued, slot;
+    srv_error err; /* err.status != 0: failed before producing anything */
+    double t_submit, t_first, t_done, t_prompt_done;
+} srv_req;
+
+typedef struct srv_metrics {
+    unsigned long requests[8], errors_4xx, errors_5xx, rejected_busy, queued_total, disconnects;
+    unsigned long prompt_tokens, prompt_tokens_cached, gen_tokens, steps;
+    double prompt_seconds, gen_seconds, gen_tps_ema;
+} srv_metrics;
+
+typedef struct srv_server srv_server;
+
+typedef struct {
+    const char *model_dir, *backend, *device, *chat_template, *alias, *api_key, *host;
+    long port, n_slots, n_ctx, n_batch, chunk, threads, queue, ngl;
+    int type_k, type_v, kv_rotate, aqlm_cb8, aqlm_lut8;
+} srv_opts;
+
+/* Loads nothing: takes the model, makes one context per slot and starts the scheduler thread. */
+int srv_sched_start(srv_server **out, const srv_opts *o, kvq_model *m);
+/* Stops the scheduler: queued requests fail with 503, running ones end (finish "length"). */
+void srv_sched_stop(srv_server *s);
+void srv_sched_free(srv_server *s);
+
+/* Takes ownership of prompt. Returns the request (refs 2: the caller releases
+ * it with srv_req_release) or NULL with e filled (503 when the queue is full). */
+srv_req *srv_submit(srv_server *s, const srv_params *p, int32_t *prompt, int n_prompt, int plain_chat, srv_error *e);
+/* Waits until the request has text past r->sent, is done, or `ms` passed. Under no lock:
+ * copies the new text into *chunk (malloc'd, NUL-terminated) and advances r->sent.
+ * Returns 1 when there is new text or it is done, 0 on timeout. */
+int srv_req_wait(srv_server *s, srv_req *r, int ms, char **chunk, size_t *n_chunk, int *done);
+/* Marks the request cancelled (client gone); the scheduler frees its slot at the next step. */
+void srv_req_cancel(srv_server *s, srv_req *r);
+void srv_req_release(srv_server *s, srv_req *r);
+
+int srv_n_ctx(const srv_server *s);
+int srv_n_slots(const srv_server *s);
+kvq_model *srv_model(srv_server *s);
+/* A snapshot for /metrics and /health, taken under the lock. */
+typedef struct {
+    srv_metrics m;
+    int busy, queued, slots;
+    size_t kv_used, kv_total;
+} srv_snapshot;
+void srv_snapshot_get(srv_server *s, srv_snapshot *out);
+void srv_count_request(srv_server *s, int route, int status);
+
+/* ---- server_metrics.c ------------------------------------------------------ */
+enum { SRV_ROUTE_CHAT, SRV_ROUTE_COMPLETION, SRV_ROUTE_MODELS, SRV_ROUTE_HEALTH, SRV_ROUTE_TOKENIZE,
+       SRV_ROUTE_DETOKENIZE, SRV_ROUTE_METRICS, SRV_ROUTE_UI };
+/* Prometheus text exposition of a snapshot; malloc'd. */
+char *srv_metrics_text(const srv_snapshot *sn);
+
+/* ---- server_http.c --------------------------------------------------------- */
+typedef struct srv_http srv_http;
+/* Binds host:port (0: ephemeral) and serves; *bound_port gets the port. */
+int srv_http_start(srv_http **out, srv_server *s, const srv_opts *o, const char *model_name,
+                   const kvq_chat_template *tmpl, int *bound_port);
+/* Stops accepting connections (the listening socket closes). */
+void srv_http_quiesce(srv_http *h);
+/* Waits up to `seconds` for the requests begun to be answered to their end. */
+void srv_http_drain(srv_http *h, double seconds);
+/* Closes the open connections and frees the daemon. */
+void srv_http_stop(srv_http *h);
+
+/* ---- the embedded page (generated from server_ui.html at build time) ------- */
+extern const unsigned char kvq_server_ui[];
+extern const size_t kvq_server_ui_len;
+
+#endif

@@ -1,0 +1,79 @@
+/* kvq-server: GET /metrics in the Prometheus text exposition format. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int oom;
+} tbuf;
+
+static void put(tbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(tbuf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->p && b->n + (size_t)k < b->cap) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->n + (size_t)k + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+static void metric(tbuf *b, const char *name, const char *type, const char *help, double v) {
+    put(b, "# HELP kvq_%s %s\n# TYPE kvq_%s %s\nkvq_%s %.17g\n", name, help, name, type, name, v);
+}
+
+char *srv_metrics_text(const srv_snapshot *sn) {
+    static const char *const routes[8] = {"chat_completions", "completions", "models", "health",
+                                          "tokenize", "detokenize", "metrics", "ui"};
+    tbuf b = {0};
+    const srv_metrics *m = &sn->m;
+    put(&b, "# HELP kvq_requests_total HTTP requests answered, by route.\n# TYPE kvq_requests_total counter\n");
+    for (int i = 0; i < 8; i++) put(&b, "kvq_requests_total{route=\"%s\"} %lu\n", routes[i], m->requests[i]);
+    put(&b, "# HELP kvq_request_errors_total Requests answered with an error status.\n"
+            "# TYPE kvq_request_errors_total counter\n"
+            "kvq_request_errors_total{class=\"4xx\"} %lu\nkvq_request_errors_total{class=\"5xx\"} %lu\n",
+        m->errors_4xx, m->errors_5xx);
+    metric(&b, "requests_rejected_busy_total", "counter", "Completions refused with 503 (all slots busy, queue full).",
+           (double)m->rejected_busy);
+    metric(&b, "requests_queued_total", "counter", "Completions that waited for a slot.", (double)m->queued_total);
+    metric(&b, "client_disconnects_total", "counter", "Completions whose client went away before the end.", (double)m->disconnects);
+    metric(&b, "prompt_tokens_total", "counter", "Prompt tokens of admitted completions.", (double)m->prompt_tokens);
+    metric(&b, "prompt_tokens_cached_total", "counter", "Prompt tokens reused from a slot's KV cache.", (double)m->prompt_tokens_cached);
+    metric(&b, "prompt_seconds_total", "counter", "Seconds of steps that read a prompt chunk.", m->prompt_seconds);
+    metric(&b, "generated_tokens_total", "counter", "Tokens generated.", (double)m->gen_tokens);
+    metric(&b, "generation_seconds_total", "counter", "Seconds of steps that decoded tokens.", m->gen_seconds);
+    metric(&b, "generation_tokens_per_second", "gauge", "Aggregate decode tok/s over the recent steps.", m->gen_tps_ema);
+    metric(&b, "steps_total", "counter", "Scheduler steps (one batched evaluation each).", (double)m->steps);
+    metric(&b, "slots_total", "gauge", "Slots (-np).", sn->slots);
+    metric(&b, "slots_busy", "gauge", "Slots running a request.", sn->busy);
+    metric(&b, "queue_length", "gauge", "Requests waiting for a slot.", sn->queued);
+    metric(&b, "kv_cache_bytes_used", "gauge", "KV cache bytes holding tokens, all slots.", (double)sn->kv_used);
+    metric(&b, "kv_cache_bytes_total", "gauge", "KV cache bytes allocated, all slots.", (double)sn->kv_total);
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
