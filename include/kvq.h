@@ -156,6 +156,8 @@ KVQ_API kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n);
 KVQ_API kvq_status kvq_eval_batch(kvq_context *const *ctx, const int32_t *const *ids, const int *n, int count);
 /* Tokens currently in the cache. */
 KVQ_API int kvq_n_past(const kvq_context *c);
+/* Positions the context holds (its n_ctx after defaults were applied). */
+KVQ_API int kvq_n_ctx(const kvq_context *c);
 /* Drops cache positions >= n_past (e.g. to restart generation). */
 KVQ_API kvq_status kvq_kv_truncate(kvq_context *c, int n_past);
 

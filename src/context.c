@@ -193,6 +193,7 @@ kvq_status kvq_eval_batch(kvq_context *const *ctx, const int32_t *const *ids, co
 }
 
 int kvq_n_past(const kvq_context *c) { return c->n_past; }
+int kvq_n_ctx(const kvq_context *c) { return c->p.n_ctx; }
 
 kvq_status kvq_kv_truncate(kvq_context *c, int n_past) {
     if (n_past < 0 || n_past > c->n_past) return kvq_fail(KVQ_ERR_ARG, "kvq_kv_truncate: %d is outside 0..%d", n_past, c->n_past);

@@ -317,8 +317,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s: loaded %s in %.2f s: %s\n", P, o.model, kvq_tool_now() - t0, kvq_model_desc(m));
     kvq_tool_report_backend(P, m);
     int train = kvq_model_n_ctx_train(m);
-    if (!o.n_ctx) o.n_ctx = train > 0 && train < 4096 ? train : 4096;
-    else if (train > 0 && o.n_ctx > train)
+    if (train > 0 && o.n_ctx > train)
         fprintf(stderr, "%s: warning: -c %ld is above the model's trained context (%d); quality past it is not assured\n", P,
                 o.n_ctx, train);
     uint64_t seed = o.seed < 0 ? random_seed() : (uint64_t)o.seed;
@@ -334,6 +333,7 @@ int main(int argc, char **argv) {
         kvq_model_free(m);
         return kvq_tool_die(P, "%s", kvq_last_error());
     }
+    o.n_ctx = kvq_n_ctx(c); /* -c 0: the library's default */
     kvq_sampler *s = kvq_sampler_new(&o.sp);
     chat_install_sigint();
     int rc;

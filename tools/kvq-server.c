@@ -154,10 +154,6 @@ int main(int argc, char **argv) {
         kvq_model_free(m);
         return kvq_tool_die(P, "%s", kvq_last_error());
     }
-    if (!o.n_ctx) {
-        int train = kvq_model_n_ctx_train(m);
-        o.n_ctx = train > 0 && train < 4096 ? train : 4096;
-    }
     if (o.n_ctx > kvq_model_n_ctx_train(m))
         fprintf(stderr, "%s: -c %ld is above the trained context (%d)\n", P, o.n_ctx, kvq_model_n_ctx_train(m));
 
@@ -170,7 +166,7 @@ int main(int argc, char **argv) {
     srv_snapshot sn;
     srv_snapshot_get(s, &sn);
     fprintf(stderr, "%s: %s, %ld slots of %ld tokens, KV cache %.2f MiB (K %s, V %s), chat template %s, loaded in %.2f s\n", P,
-            name, o.n_slots, o.n_ctx, (double)sn.kv_total / (1 << 20), kvq_cache_type_name((kvq_cache_type)o.type_k),
+            name, o.n_slots, (long)srv_n_ctx(s), (double)sn.kv_total / (1 << 20), kvq_cache_type_name((kvq_cache_type)o.type_k),
             kvq_cache_type_name((kvq_cache_type)o.type_v), kvq_chat_template_name(tmpl), kvq_tool_now() - t0);
     int v6 = strchr(o.host, ':') != NULL;
     printf("%s: listening on http://%s%s%s:%d\n", P, v6 ? "[" : "", o.host, v6 ? "]" : "", port);

@@ -553,7 +553,7 @@ int srv_sched_start(srv_server **out, const srv_opts *o, kvq_model *m) {
     s->logits = malloc(sizeof *s->logits * (size_t)s->n_vocab);
     if (!s->slots || !s->logits) return kvq_tool_die(SRV_PROG, "out of memory");
     kvq_context_params cp = kvq_context_default_params();
-    cp.n_ctx = s->n_ctx = (int)o->n_ctx; /* the caller resolved 0 */
+    cp.n_ctx = (int)o->n_ctx; /* 0: the library's default, read back from the first slot */
     cp.n_batch = (int)o->n_batch;
     cp.type_k = (kvq_cache_type)o->type_k;
     cp.type_v = (kvq_cache_type)o->type_v;
@@ -562,6 +562,7 @@ int srv_sched_start(srv_server **out, const srv_opts *o, kvq_model *m) {
         slot *sl = &s->slots[i];
         if (kvq_context_new(m, &cp, &sl->c) != KVQ_OK)
             return kvq_tool_die(SRV_PROG, "slot %d of %d: %s", i + 1, s->n_slots, kvq_last_error());
+        s->n_ctx = kvq_n_ctx(sl->c);
         sl->ids = malloc(sizeof *sl->ids * (size_t)(s->n_ctx + 1));
         sl->gen = malloc(sizeof *sl->gen * (size_t)(s->n_ctx + 1));
         sl->counts = calloc((size_t)s->n_vocab, sizeof *sl->counts);
