@@ -102,6 +102,9 @@ typedef struct {
     int aqlm_lut8;       /* CPU with AVX-512 VBMI only, opt-in and lossy: 8-bit-code (2x8) AQLM
                             matmuls look up int8 tables instead of int16 ones: faster prompts,
                             ~1% RMS change of each matmul's outputs (README) */
+    int n_gpu_layers;    /* with a GPU backend: how many of the last layers run on it (with the
+                            LM head), the rest on the CPU; < 0 (the default) or >= the layer
+                            count: all; 0: none (the CPU alone). Ignored on the CPU backend. */
 } kvq_model_params;
 
 KVQ_API kvq_model_params kvq_model_default_params(void);
@@ -126,6 +129,10 @@ KVQ_API size_t kvq_model_weight_bytes(const kvq_model *m);
 /* Weight bytes one decoded token reads: kvq_model_weight_bytes, except that a mixture of
  * experts counts only the experts a token uses (Mixtral: 2 of 8). */
 KVQ_API size_t kvq_model_step_bytes(const kvq_model *m);
+/* Layers on the GPU backend (0 on the CPU alone, the layer count when all are). */
+KVQ_API int kvq_model_gpu_layers(const kvq_model *m);
+/* One line: "plan: gpu_layers=<n>/<N> gpu_mib=<x> cpu_mib=<x>" (weights per backend). */
+KVQ_API const char *kvq_model_plan(const kvq_model *m);
 /* One-line human description (architecture, sizes, weight format). */
 KVQ_API const char *kvq_model_desc(const kvq_model *m);
 

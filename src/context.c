@@ -37,6 +37,35 @@ static kvq_status check_params(const kvq_hparams *hp, kvq_context_params *p) {
     return kvq_mem_check(hp, p->n_ctx, p->n_batch, p->logits_all, p->type_k, p->type_v);
 }
 
+/* Activations and the cache of layers [l0, l1) on device d. */
+static kvq_status acts_new(kvq_context *c, int d, int l0, int l1, const kvq_kv_desc *kd0) {
+    const kvq_model *m = c->m;
+    const kvq_dev *D = &m->dev[d];
+    kvq_acts *A = &c->act[d];
+    kvq_act_widths w;
+    kvq_act_widths_of(&m->hp, &w);
+    A->kd = *kd0;
+    A->kd.n_layer = l1 - l0;
+    A->layer0 = l0;
+    A->kv = D->be->kv_new(D->b, &A->kd);
+    if (!A->kv) return KVQ_ERR_NOMEM;
+    size_t nb = (size_t)c->p.n_batch * sizeof(float);
+    kvq_buf **bufs[] = {&A->x, &A->xb, &A->xo, &A->q, &A->att, &A->k, &A->v, &A->hb, &A->hb2, &A->fused, &A->moe_out, &A->router};
+    size_t widths[] = {w.x, w.xb, w.xo, w.q, w.att, w.k, w.v, w.hb, w.hb2, w.fused, w.moe_out, w.router};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+        if (widths[i] && !(*bufs[i] = D->be->buf_new(D->b, nb * widths[i]))) return KVQ_ERR_NOMEM;
+    return KVQ_OK;
+}
+
+static void acts_free(kvq_context *c, int d) {
+    const kvq_dev *D = &c->m->dev[d];
+    kvq_acts *A = &c->act[d];
+    if (!D->be) return;
+    D->be->kv_free(D->b, A->kv);
+    kvq_buf *bufs[] = {A->x, A->xb, A->xo, A->q, A->k, A->v, A->att, A->hb, A->hb2, A->fused, A->moe_out, A->router};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) D->be->buf_free(D->b, bufs[i]);
+}
+
 kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_context **out) {
     *out = NULL;
     kvq_context_params p = params ? *params : kvq_context_default_params();
@@ -47,41 +76,34 @@ kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_c
     if (!c) return kvq_fail(KVQ_ERR_NOMEM, "out of memory");
     c->m = m;
     c->p = p;
-    const kvq_backend *be = m->be;
     kvq_kv_desc kd = {
         .n_layer = hp->n_layer, .n_ctx = p.n_ctx, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
         .type_k = p.type_k, .type_v = p.type_v,
         .rotate_k = want_rotate(p.type_k, p.kv_rotate), .rotate_v = want_rotate(p.type_v, p.kv_rotate),
     };
-    c->kd = kd;
-    c->kv = be->kv_new(m->bctx, &kd);
-    size_t nb = (size_t)p.n_batch * sizeof(float);
-    kvq_act_widths w;
-    kvq_act_widths_of(hp, &w);
     /* longrope: the long factors when the context reaches past the original one (as llama.cpp decides) */
     int long_rope = m->rope_freqs_long && p.n_ctx > hp->rope_orig_ctx;
     c->rope_freqs = long_rope ? m->rope_freqs_long : m->rope_freqs;
     float af = hp->rope_scaling == KVQ_ROPE_LONGROPE ? hp->rope_attn_factor : 1.0f;
     c->attn_scale = af * af / sqrtf((float)hp->head_dim);
-    kvq_buf **bufs[] = {&c->x, &c->xb, &c->xo, &c->q, &c->att, &c->k, &c->v, &c->hb, &c->hb2, &c->fused, &c->moe_out, &c->router};
-    size_t widths[] = {w.x, w.xb, w.xo, w.q, w.att, w.k, w.v, w.hb, w.hb2, w.fused, w.moe_out, w.router};
-    int ok = c->kv != NULL;
-    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
-        if (widths[i] && ok) ok = (*bufs[i] = be->buf_new(m->bctx, nb * widths[i])) != NULL;
-    if (ok && hp->n_expert) {
+    int split = m->n_dev > 1 ? m->gpu_from : hp->n_layer;
+    s = acts_new(c, 0, 0, split, &kd);
+    if (!s && m->n_dev > 1) s = acts_new(c, 1, split, hp->n_layer, &kd);
+    size_t nb = (size_t)p.n_batch * sizeof(float);
+    if (!s && m->n_dev > 1 && !(c->xfer = malloc(nb * hp->n_embd))) s = kvq_fail(KVQ_ERR_NOMEM, "out of memory for the offload crossing");
+    if (!s && hp->n_expert) {
         size_t rows = (size_t)p.n_batch * hp->n_expert_used;
         c->router_host = malloc(nb * hp->n_expert);
         c->route = malloc(sizeof(int32_t) * rows);
         c->route_w = malloc(sizeof(float) * rows);
-        ok = c->router_host && c->route && c->route_w;
-        if (!ok) kvq_fail(KVQ_ERR_NOMEM, "out of memory for the experts' routes");
+        if (!c->router_host || !c->route || !c->route_w) s = kvq_fail(KVQ_ERR_NOMEM, "out of memory for the experts' routes");
     }
+    const kvq_dev *last = &m->dev[m->n_dev - 1];
     c->logits_buf_rows = p.logits_all ? p.n_batch : 1;
-    if (ok) ok = (c->logits = be->buf_new(m->bctx, sizeof(float) * (size_t)c->logits_buf_rows * hp->n_vocab)) != NULL;
-    c->logits_host = malloc(sizeof(float) * hp->n_vocab);
+    if (!s && !(c->logits = last->be->buf_new(last->b, sizeof(float) * (size_t)c->logits_buf_rows * hp->n_vocab))) s = KVQ_ERR_NOMEM;
+    if (!s && !(c->logits_host = malloc(sizeof(float) * hp->n_vocab))) s = kvq_fail(KVQ_ERR_NOMEM, "out of memory for logits");
     c->logits_cap = 1;
-    if (!ok || !c->logits_host) {
-        s = ok ? kvq_fail(KVQ_ERR_NOMEM, "out of memory for logits") : KVQ_ERR_NOMEM;
+    if (s) {
         kvq_context_free(c);
         return s;
     }
@@ -91,11 +113,10 @@ kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_c
 
 void kvq_context_free(kvq_context *c) {
     if (!c) return;
-    const kvq_backend *be = c->m->be;
-    kvq_bctx *b = c->m->bctx;
-    be->kv_free(b, c->kv);
-    kvq_buf *bufs[] = {c->x, c->xb, c->xo, c->q, c->k, c->v, c->att, c->hb, c->hb2, c->fused, c->moe_out, c->router, c->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->buf_free(b, bufs[i]);
+    for (int d = 0; d < c->m->n_dev; d++) acts_free(c, d);
+    const kvq_dev *last = &c->m->dev[c->m->n_dev - 1];
+    last->be->buf_free(last->b, c->logits);
+    free(c->xfer);
     free(c->router_host);
     free(c->route);
     free(c->route_w);
@@ -166,9 +187,10 @@ kvq_status kvq_eval_batch(kvq_context *const *ctx, const int32_t *const *ids, co
     const kvq_model *m = c->m;
     const int nv = m->hp.n_vocab;
     if (count > c->logits_buf_rows) {
-        kvq_buf *nb = m->be->buf_new(m->bctx, sizeof(float) * (size_t)count * nv);
+        const kvq_dev *last = &m->dev[m->n_dev - 1];
+        kvq_buf *nb = last->be->buf_new(last->b, sizeof(float) * (size_t)count * nv);
         if (!nb) return KVQ_ERR_NOMEM;
-        m->be->buf_free(m->bctx, c->logits);
+        last->be->buf_free(last->b, c->logits);
         c->logits = nb;
         c->logits_buf_rows = count;
     }
@@ -212,7 +234,9 @@ const float *kvq_logits_row(const kvq_context *c, int i) {
 }
 
 static size_t kv_bytes(const kvq_context *c, int positions) {
-    return c->m->be->kv_bytes(c->m->bctx, &c->kd, positions);
+    size_t sum = 0;
+    for (int d = 0; d < c->m->n_dev; d++) sum += c->m->dev[d].be->kv_bytes(c->m->dev[d].b, &c->act[d].kd, positions);
+    return sum;
 }
 
 size_t kvq_kv_bytes_total(const kvq_context *c) { return kv_bytes(c, c->p.n_ctx); }

@@ -4,15 +4,9 @@
 
 #include "model/model.h"
 
-struct kvq_context {
-    kvq_model *m;
-    kvq_context_params p;
-    kvq_kvbuf *kv;
-    kvq_kv_desc kd;  /* shape and types of kv */
-    int n_past;
-    const float *rope_freqs; /* the model's short or long (longrope past rope_orig_ctx) frequencies */
-    float attn_scale;        /* 1/sqrt(head_dim), times longrope's attention factor squared */
-    /* activations for up to p.n_batch tokens, f32 row-major (widths: kvq_act_widths) */
+/* What a context keeps on one device: activations for up to p.n_batch tokens (f32 row-major,
+ * widths: kvq_act_widths) and the KV cache of the layers that device runs. */
+typedef struct {
     kvq_buf *x;      /* residual stream [n][n_embd] */
     kvq_buf *xb;     /* normed input [n][n_embd] */
     kvq_buf *xo;     /* a block's output before it joins the residual [n][n_embd] */
@@ -22,12 +16,25 @@ struct kvq_context {
     kvq_buf *hb, *hb2; /* FFN hidden [n * experts used][n_ff] */
     kvq_buf *fused;  /* fused qkv / gate_up output before the split (Phi-3), else NULL */
     kvq_buf *moe_out, *router; /* experts' outputs [n * used][n_embd], router logits [n][n_expert] */
-    float *router_host;        /* router logits on the host [n_batch][n_expert] */
-    int32_t *route;            /* expert of each (token, slot) [n_batch * used] */
-    float *route_w;            /* its weight in the token's mix */
-    kvq_buf *logits; /* [logits_buf_rows][n_vocab] */
+    kvq_kvbuf *kv;
+    kvq_kv_desc kd;  /* shape and types of kv (n_layer: this device's layers) */
+    int layer0;      /* the model layer of kv's layer 0 */
+} kvq_acts;
+
+struct kvq_context {
+    kvq_model *m;
+    kvq_context_params p;
+    int n_past;
+    const float *rope_freqs; /* the model's short or long (longrope past rope_orig_ctx) frequencies */
+    float attn_scale;        /* 1/sqrt(head_dim), times longrope's attention factor squared */
+    kvq_acts act[2];         /* per kvq_model.dev */
+    float *xfer;             /* the residual crossing from the CPU's layers to the GPU's [n_batch][n_embd] */
+    float *router_host;      /* router logits on the host [n_batch][n_expert] */
+    int32_t *route;          /* expert of each (token, slot) [n_batch * used] */
+    float *route_w;          /* its weight in the token's mix */
+    kvq_buf *logits;         /* [logits_buf_rows][n_vocab], on the last device */
     int logits_buf_rows;
-    float *logits_host;   /* rows of the last kvq_eval call */
+    float *logits_host;      /* rows of the last kvq_eval call */
     int logits_rows, logits_cap;
 };
 

@@ -17,92 +17,97 @@
 
 #include "context.h"
 
-/* y = norm(x) with the model's kind of norm. */
-static void norm(kvq_context *c, const kvq_wt *g, const kvq_buf *x, kvq_buf *y, int n) {
+/* y = norm(x) with the model's kind of norm, on device D. */
+static void norm(const kvq_context *c, const kvq_dev *D, const kvq_wt *g, const kvq_buf *x, kvq_buf *y, int n) {
     const kvq_hparams *hp = &c->m->hp;
-    if (hp->layer_norm) c->m->be->layer_norm(c->m->bctx, x, g, y, n, hp->n_embd, hp->rms_eps, 1);
-    else c->m->be->rms_norm(c->m->bctx, x, g, y, n, hp->n_embd, hp->rms_eps);
+    if (hp->layer_norm) D->be->layer_norm(D->b, x, g, y, n, hp->n_embd, hp->rms_eps, 1);
+    else D->be->rms_norm(D->b, x, g, y, n, hp->n_embd, hp->rms_eps);
 }
 
 /* q, k, v from the normed input h: three matmuls, or one fused matmul split by columns. */
-static void qkv_projections(kvq_context *c, const kvq_layer *L, const kvq_buf *h, int n) {
+static void qkv_projections(const kvq_context *c, const kvq_layer *L, kvq_acts *A, int n) {
     const kvq_hparams *hp = &c->m->hp;
-    const kvq_backend *be = c->m->be;
-    kvq_bctx *b = c->m->bctx;
+    const kvq_backend *be = c->m->dev[L->dev].be;
+    kvq_bctx *b = c->m->dev[L->dev].b;
+    const kvq_buf *h = A->xb;
     if (!hp->fused_qkv) {
-        be->matmul(b, L->lin[KVQ_LIN_Q], h, c->q, n);
-        be->matmul(b, L->lin[KVQ_LIN_K], h, c->k, n);
-        be->matmul(b, L->lin[KVQ_LIN_V], h, c->v, n);
+        be->matmul(b, L->lin[KVQ_LIN_Q], h, A->q, n);
+        be->matmul(b, L->lin[KVQ_LIN_K], h, A->k, n);
+        be->matmul(b, L->lin[KVQ_LIN_V], h, A->v, n);
         return;
     }
     size_t qd = (size_t)hp->n_head * hp->head_dim * sizeof(float), kvd = (size_t)hp->n_head_kv * hp->head_dim * sizeof(float);
     size_t row = qd + 2 * kvd;
-    be->matmul(b, L->lin[KVQ_LIN_Q], h, c->fused, n);
-    be->copy_rows(b, c->fused, 0, row, c->q, 0, qd, qd, n);
-    be->copy_rows(b, c->fused, qd, row, c->k, 0, kvd, kvd, n);
-    be->copy_rows(b, c->fused, qd + kvd, row, c->v, 0, kvd, kvd, n);
+    be->matmul(b, L->lin[KVQ_LIN_Q], h, A->fused, n);
+    be->copy_rows(b, A->fused, 0, row, A->q, 0, qd, qd, n);
+    be->copy_rows(b, A->fused, qd, row, A->k, 0, kvd, kvd, n);
+    be->copy_rows(b, A->fused, qd + kvd, row, A->v, 0, kvd, kvd, n);
 }
 
 /* x += attention(h)·Wo for layer l. Each sequence's rows attend over its own context's cache at
  * that context's positions; rows of other contexts pass through those contexts' buffers. */
-static void attention_block(kvq_context *c, const kvq_graph_seq *seqs, int n_seq, int l, const kvq_buf *h, int n) {
+static void attention_block(kvq_context *c, const kvq_graph_seq *seqs, int n_seq, int l, int n) {
     const kvq_model *m = c->m;
     const kvq_hparams *hp = &m->hp;
     const kvq_layer *L = &m->layers[l];
-    const kvq_backend *be = m->be;
-    kvq_bctx *b = m->bctx;
-    const int mode = hp->rope_pairs ? KVQ_ROPE_PAIRS : KVQ_ROPE_HALF;
+    const kvq_backend *be = m->dev[L->dev].be;
+    kvq_bctx *b = m->dev[L->dev].b;
+    kvq_acts *A = &c->act[L->dev];
+    const int mode = hp->rope_pairs ? KVQ_ROPE_PAIRS : KVQ_ROPE_HALF, kl = l - A->layer0;
     const size_t qd = (size_t)hp->n_head * hp->head_dim * sizeof(float), kvd = (size_t)hp->n_head_kv * hp->head_dim * sizeof(float);
-    qkv_projections(c, L, h, n);
+    qkv_projections(c, L, A, n);
     if (hp->qk_norm) {
-        be->layer_norm(b, c->q, L->q_norm, c->q, n * hp->n_head, hp->head_dim, hp->rms_eps, hp->n_head);
-        be->layer_norm(b, c->k, L->k_norm, c->k, n * hp->n_head_kv, hp->head_dim, hp->rms_eps, hp->n_head_kv);
+        be->layer_norm(b, A->q, L->q_norm, A->q, n * hp->n_head, hp->head_dim, hp->rms_eps, hp->n_head);
+        be->layer_norm(b, A->k, L->k_norm, A->k, n * hp->n_head_kv, hp->head_dim, hp->rms_eps, hp->n_head_kv);
     }
     for (int i = 0; i < n_seq; i++) {
         kvq_context *sc = seqs[i].c;
+        kvq_acts *S = &sc->act[L->dev];
         const int r0 = seqs[i].row0, ns = seqs[i].n, pos0 = sc->n_past;
         const kvq_attn_desc ad = {
             .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
             .scale = sc->attn_scale, .window = hp->sliding_window,
         };
         if (sc != c) {
-            be->copy(b, c->q, r0 * qd, sc->q, 0, ns * qd);
-            be->copy(b, c->k, r0 * kvd, sc->k, 0, ns * kvd);
-            be->copy(b, c->v, r0 * kvd, sc->v, 0, ns * kvd);
+            be->copy(b, A->q, r0 * qd, S->q, 0, ns * qd);
+            be->copy(b, A->k, r0 * kvd, S->k, 0, ns * kvd);
+            be->copy(b, A->v, r0 * kvd, S->v, 0, ns * kvd);
         }
-        be->rope(b, sc->q, ns, hp->n_head, hp->head_dim, pos0, sc->rope_freqs, mode);
-        be->rope(b, sc->k, ns, hp->n_head_kv, hp->head_dim, pos0, sc->rope_freqs, mode);
-        be->kv_store(b, sc->kv, l, sc->k, sc->v, pos0, ns);
-        be->attention(b, sc->kv, l, &ad, sc->q, sc->att, pos0, ns);
-        if (sc != c) be->copy(b, sc->att, 0, c->att, r0 * qd, ns * qd);
+        be->rope(b, S->q, ns, hp->n_head, hp->head_dim, pos0, sc->rope_freqs, mode);
+        be->rope(b, S->k, ns, hp->n_head_kv, hp->head_dim, pos0, sc->rope_freqs, mode);
+        be->kv_store(b, S->kv, kl, S->k, S->v, pos0, ns);
+        be->attention(b, S->kv, kl, &ad, S->q, S->att, pos0, ns);
+        if (sc != c) be->copy(b, S->att, 0, A->att, r0 * qd, ns * qd);
     }
-    be->matmul(b, L->lin[KVQ_LIN_O], c->att, c->xo, n);
-    be->add(b, c->x, c->xo, (size_t)n * hp->n_embd);
+    be->matmul(b, L->lin[KVQ_LIN_O], A->att, A->xo, n);
+    be->add(b, A->x, A->xo, (size_t)n * hp->n_embd);
 }
 
 /* hb = act(hb) * hb2 over count values. */
-static void gated_act(kvq_context *c, size_t count) {
-    if (c->m->hp.gelu) c->m->be->geglu(c->m->bctx, c->hb, c->hb2, count);
-    else c->m->be->swiglu(c->m->bctx, c->hb, c->hb2, count);
+static void gated_act(const kvq_context *c, const kvq_dev *D, kvq_acts *A, size_t count) {
+    if (c->m->hp.gelu) D->be->geglu(D->b, A->hb, A->hb2, count);
+    else D->be->swiglu(D->b, A->hb, A->hb2, count);
 }
 
 /* x += (act(h·Wgate) * h·Wup)·Wdown. */
-static void ffn_dense(kvq_context *c, const kvq_layer *L, const kvq_buf *h, int n) {
+static void ffn_dense(kvq_context *c, const kvq_layer *L, int n) {
     const kvq_hparams *hp = &c->m->hp;
-    const kvq_backend *be = c->m->be;
-    kvq_bctx *b = c->m->bctx;
+    const kvq_dev *D = &c->m->dev[L->dev];
+    const kvq_backend *be = D->be;
+    kvq_bctx *b = D->b;
+    kvq_acts *A = &c->act[L->dev];
     if (hp->fused_qkv) { /* gate_up_proj: the gate's columns, then the up's */
         size_t ff = (size_t)hp->n_ff * sizeof(float);
-        be->matmul(b, L->lin[KVQ_LIN_GATE], h, c->fused, n);
-        be->copy_rows(b, c->fused, 0, 2 * ff, c->hb, 0, ff, ff, n);
-        be->copy_rows(b, c->fused, ff, 2 * ff, c->hb2, 0, ff, ff, n);
+        be->matmul(b, L->lin[KVQ_LIN_GATE], A->xb, A->fused, n);
+        be->copy_rows(b, A->fused, 0, 2 * ff, A->hb, 0, ff, ff, n);
+        be->copy_rows(b, A->fused, ff, 2 * ff, A->hb2, 0, ff, ff, n);
     } else {
-        be->matmul(b, L->lin[KVQ_LIN_GATE], h, c->hb, n);
-        be->matmul(b, L->lin[KVQ_LIN_UP], h, c->hb2, n);
+        be->matmul(b, L->lin[KVQ_LIN_GATE], A->xb, A->hb, n);
+        be->matmul(b, L->lin[KVQ_LIN_UP], A->xb, A->hb2, n);
     }
-    gated_act(c, (size_t)n * hp->n_ff);
-    be->matmul(b, L->lin[KVQ_LIN_DOWN], c->hb, c->xo, n);
-    be->add(b, c->x, c->xo, (size_t)n * hp->n_embd);
+    gated_act(c, D, A, (size_t)n * hp->n_ff);
+    be->matmul(b, L->lin[KVQ_LIN_DOWN], A->hb, A->xo, n);
+    be->add(b, A->x, A->xo, (size_t)n * hp->n_embd);
 }
 
 /* Mixtral's routing (HF MixtralSparseMoeBlock): softmax over the router logits, the top k
@@ -133,20 +138,22 @@ static void route_tokens(kvq_context *c, int n) {
 
 /* x += Σ_j w_j · expert_j(h): the router runs dense and is read back, then each token's rows go
  * through its experts (matmul_routed groups them so an expert's weights stream once). */
-static kvq_status ffn_moe(kvq_context *c, const kvq_layer *L, const kvq_buf *h, int n) {
+static kvq_status ffn_moe(kvq_context *c, const kvq_layer *L, int n) {
     const kvq_hparams *hp = &c->m->hp;
-    const kvq_backend *be = c->m->be;
-    kvq_bctx *b = c->m->bctx;
+    const kvq_dev *D = &c->m->dev[L->dev];
+    const kvq_backend *be = D->be;
+    kvq_bctx *b = D->b;
+    kvq_acts *A = &c->act[L->dev];
     const int E = hp->n_expert, k = hp->n_expert_used, rows = n * k;
-    be->matmul(b, L->router, h, c->router, n);
-    kvq_status s = be->buf_read(b, c->router, 0, c->router_host, sizeof(float) * (size_t)n * E);
+    be->matmul(b, L->router, A->xb, A->router, n);
+    kvq_status s = be->buf_read(b, A->router, 0, c->router_host, sizeof(float) * (size_t)n * E);
     if (s) return s;
     route_tokens(c, n);
-    be->matmul_routed(b, (const kvq_wt *const *)L->moe[KVQ_MOE_GATE], E, h, c->hb, rows, c->route, k);
-    be->matmul_routed(b, (const kvq_wt *const *)L->moe[KVQ_MOE_UP], E, h, c->hb2, rows, c->route, k);
-    gated_act(c, (size_t)rows * hp->n_ff);
-    be->matmul_routed(b, (const kvq_wt *const *)L->moe[KVQ_MOE_DOWN], E, c->hb, c->moe_out, rows, c->route, 1);
-    be->add_weighted(b, c->x, c->moe_out, c->route_w, n, k, hp->n_embd);
+    be->matmul_routed(b, (const kvq_wt *const *)L->moe[KVQ_MOE_GATE], E, A->xb, A->hb, rows, c->route, k);
+    be->matmul_routed(b, (const kvq_wt *const *)L->moe[KVQ_MOE_UP], E, A->xb, A->hb2, rows, c->route, k);
+    gated_act(c, D, A, (size_t)rows * hp->n_ff);
+    be->matmul_routed(b, (const kvq_wt *const *)L->moe[KVQ_MOE_DOWN], E, A->hb, A->moe_out, rows, c->route, 1);
+    be->add_weighted(b, A->x, A->moe_out, c->route_w, n, k, hp->n_embd);
     return KVQ_OK;
 }
 
@@ -161,25 +168,41 @@ kvq_status kvq_graph_check_backend(const kvq_hparams *hp, const kvq_backend *be)
     return KVQ_OK;
 }
 
+/* The residual stream of n rows moves to the other device (offload): one read, one write. */
+static kvq_status cross(kvq_context *c, int from, int to, int n) {
+    const kvq_dev *F = &c->m->dev[from], *T = &c->m->dev[to];
+    size_t bytes = (size_t)n * c->m->hp.n_embd * sizeof(float);
+    kvq_status s = F->be->buf_read(F->b, c->act[from].x, 0, c->xfer, bytes);
+    if (!s) T->be->buf_write(T->b, c->act[to].x, 0, c->xfer, bytes);
+    return s;
+}
+
 kvq_status kvq_graph_forward(kvq_context *c, const kvq_graph_seq *seqs, int n_seq, const int32_t *ids, int n, float *dst) {
     const kvq_model *m = c->m;
     const kvq_hparams *hp = &m->hp;
-    const kvq_backend *be = m->be;
-    kvq_bctx *b = m->bctx;
     const size_t d = (size_t)hp->n_embd;
+    int dev = 0;
     kvq_status s;
 
-    be->get_rows(b, m->embed, ids, n, c->x);
-    if (m->embed_scale != 1.0f) be->scale(b, c->x, (size_t)n * d, m->embed_scale);
+    const kvq_dev *D = &m->dev[0];
+    D->be->get_rows(D->b, m->embed, ids, n, c->act[0].x);
+    if (m->embed_scale != 1.0f) D->be->scale(D->b, c->act[0].x, (size_t)n * d, m->embed_scale);
     for (int l = 0; l < hp->n_layer; l++) {
         const kvq_layer *L = &m->layers[l];
-        norm(c, L->attn_norm, c->x, c->xb, n);
-        attention_block(c, seqs, n_seq, l, c->xb, n);
+        if (L->dev != dev && (s = cross(c, dev, L->dev, n))) return s;
+        dev = L->dev;
+        D = &m->dev[dev];
+        kvq_acts *A = &c->act[dev];
+        norm(c, D, L->attn_norm, A->x, A->xb, n);
+        attention_block(c, seqs, n_seq, l, n);
         /* parallel blocks (Cohere) feed the FFN the attention's input h, not a new norm of x */
-        if (!hp->parallel_block) norm(c, L->ffn_norm, c->x, c->xb, n);
-        if (!hp->n_expert) ffn_dense(c, L, c->xb, n);
-        else if ((s = ffn_moe(c, L, c->xb, n))) return s;
+        if (!hp->parallel_block) norm(c, D, L->ffn_norm, A->x, A->xb, n);
+        if (!hp->n_expert) ffn_dense(c, L, n);
+        else if ((s = ffn_moe(c, L, n))) return s;
     }
+    if (dev != m->n_dev - 1 && (s = cross(c, dev, m->n_dev - 1, n))) return s;
+    D = &m->dev[m->n_dev - 1];
+    kvq_acts *A = &c->act[m->n_dev - 1];
 
     /* LM head: every row for perplexity, otherwise the last row of each sequence, moved to
      * row i (in order: a later sequence's last row lies past every row written before it). */
@@ -187,12 +210,12 @@ kvq_status kvq_graph_forward(kvq_context *c, const kvq_graph_seq *seqs, int n_se
     if (rows != n)
         for (int i = 0; i < n_seq; i++) {
             size_t last = (size_t)(seqs[i].row0 + seqs[i].n - 1);
-            if (last != (size_t)i) be->copy(b, c->x, last * d * sizeof(float), c->x, (size_t)i * d * sizeof(float), d * sizeof(float));
+            if (last != (size_t)i) D->be->copy(D->b, A->x, last * d * sizeof(float), A->x, (size_t)i * d * sizeof(float), d * sizeof(float));
         }
-    norm(c, m->out_norm, c->x, c->xb, rows);
-    be->matmul(b, m->lm_head, c->xb, c->logits, rows);
+    norm(c, D, m->out_norm, A->x, A->xb, rows);
+    D->be->matmul(D->b, m->lm_head, A->xb, c->logits, rows);
     size_t count = (size_t)rows * hp->n_vocab;
-    if ((s = be->buf_read(b, c->logits, 0, dst, count * sizeof(float)))) return s;
+    if ((s = D->be->buf_read(D->b, c->logits, 0, dst, count * sizeof(float)))) return s;
     if (hp->logit_scale != 1.0f)
         for (size_t i = 0; i < count; i++) dst[i] *= hp->logit_scale;
     return KVQ_OK;

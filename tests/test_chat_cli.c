@@ -93,9 +93,9 @@ static void test_ten_turns_small_context(void **state) {
     if (drops < 1) fail_msg("no context shift reported: %s", g_err);
     if (count_str(g_err, "input too long") != 1 || !strstr(g_err, "context holds 128")) fail_msg("stderr: %s", g_err);
     /* one line per event: besides the checks, every stderr line is the load line, the backend lines (the
-     * choice, and why a GPU backend was passed over), a context event or the long input */
+     * choice, why a GPU backend was passed over, the plan), a context event or the long input */
     int lines_n = count_char(g_err, '\n') - count_str(g_err, ": verify: ") - count_str(g_err, "kvq-chat: backend ") -
-                  count_str(g_err, "; using the next backend");
+                  count_str(g_err, "; using the next backend") - count_str(g_err, "kvq-chat: plan: ");
     if (lines_n != 1 + full + 1) fail_msg("stderr has %d lines for %d context events: %s", lines_n, full, g_err);
     int checks = 0;
     for (const char *p = g_err; (p = strstr(p, ": verify: ")); p++, checks++) {

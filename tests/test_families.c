@@ -88,6 +88,7 @@ static int setup(void **state, int which) {
     snprintf(dir, sizeof dir, "%s", fixture_dir(fm));
     kvq_model_params mp = kvq_model_default_params();
     mp.backend = g_backend;
+    mp.n_gpu_layers = tu_env_gpu_layers();
     kvq_status s = kvq_model_load(dir, &mp, &f->m);
     if (s == KVQ_ERR_UNSUPPORTED && strstr(kvq_last_error(), "unsupported architecture")) {
         print_message("%s: skipped, this kvq does not load it: %s\n", fm->name, kvq_last_error());

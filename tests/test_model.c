@@ -53,6 +53,7 @@ static int setup(void **state, const char *name) {
     cJSON_Delete(ref);
     kvq_model_params mp = kvq_model_default_params();
     mp.backend = g_backend;
+    mp.n_gpu_layers = tu_env_gpu_layers();
     if (kvq_model_load(dirc, &mp, &f->m) != KVQ_OK) fail_msg("load %s: %s", dirc, kvq_last_error());
     f->n_vocab = kvq_model_n_vocab(f->m);
     size_t len;
@@ -213,6 +214,48 @@ static void test_eval_batch(void **state) {
     for (int i = 0; i < N; i++) kvq_context_free(alone[i]), kvq_context_free(batch[i]);
 }
 
+/* -ngl on a 4-layer model with a Vulkan device: 0 (the CPU alone), 1, 2 (split: the first
+ * layers on the CPU, the rest and the LM head on Vulkan, the residual crossing once) and all,
+ * each with the plan it reports, against the reference logits; the q4 cache too. */
+static void test_offload_splits(void **state) {
+    fixture *f = *state;
+    TU_NEED_FIXTURE(f);
+    const kvq_backend *vk = kvq_backend_find("vulkan");
+    kvq_bctx *b = NULL;
+    kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
+    if (!vk || vk->init(&o, &b) != KVQ_OK) {
+        print_message("no Vulkan device here: offload not tested\n");
+        skip();
+    }
+    vk->release(b);
+    const char *dir = tu_fixture("models/brown-llama-aqlm-2x8");
+    const int ngl[] = {0, 1, 2, -1};
+    for (int i = 0; i < 4; i++) {
+        kvq_model_params mp = kvq_model_default_params();
+        mp.backend = "vulkan";
+        mp.n_gpu_layers = ngl[i];
+        kvq_model *m;
+        if (kvq_model_load(dir, &mp, &m) != KVQ_OK) fail_msg("load -ngl %d: %s", ngl[i], kvq_last_error());
+        int want = ngl[i] < 0 ? 4 : ngl[i];
+        char needle[64];
+        snprintf(needle, sizeof needle, "gpu_layers=%d/4 ", want);
+        print_message("-ngl %d: %s\n", ngl[i], kvq_model_plan(m));
+        assert_int_equal(kvq_model_gpu_layers(m), want);
+        assert_non_null(strstr(kvq_model_plan(m), needle));
+        kvq_context *c = new_ctx(m, KVQ_CACHE_F32, 512);
+        assert_int_equal(kvq_eval(c, f->prompt, f->n_prompt), KVQ_OK);
+        check_logits(f, kvq_logits(c), 5e-3, "offload f32 cache");
+        kvq_context_free(c);
+        c = new_ctx(m, KVQ_CACHE_Q4, 512);
+        assert_int_equal(kvq_eval(c, f->prompt, f->n_prompt), KVQ_OK);
+        double e = tu_rel_l2(kvq_logits(c), f->ref_logits, (size_t)f->n_vocab);
+        print_message("-ngl %d q4 cache: rel L2 %.2e\n", ngl[i], e);
+        assert_true(e < 0.1);
+        kvq_context_free(c);
+        kvq_model_free(m);
+    }
+}
+
 static void test_context_limits(void **state) {
     fixture *f = *state;
     TU_NEED_FIXTURE(f);
@@ -305,6 +348,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         MODEL_TESTS(fp16), MODEL_TESTS(a2x8), MODEL_TESTS(a1x16), MODEL_TESTS(llama3), MODEL_TESTS(mistral),
         cmocka_unit_test_setup_teardown(test_context_limits, setup_a2x8, teardown),
+        cmocka_unit_test_setup_teardown(test_offload_splits, setup_a2x8, teardown),
         cmocka_unit_test_setup_teardown(test_cb8, setup_a1x16, teardown),
         cmocka_unit_test_setup_teardown(test_cb8, setup_llama3, teardown),
         cmocka_unit_test_setup_teardown(test_lut8, setup_a2x8, teardown),

@@ -143,3 +143,8 @@ int tu_env_backend(const char **name) {
     be->release(b);
     return 1;
 }
+
+int tu_env_gpu_layers(void) {
+    const char *v = getenv("KVQ_TEST_NGL");
+    return v && *v ? atoi(v) : -1;
+}

@@ -47,4 +47,7 @@ const char *tu_tmpdir(void);
  * after a "[  SKIPPED ]" line, when that backend does not start on this machine. */
 int tu_env_backend(const char **name);
 
+/* $KVQ_TEST_NGL: layers offloaded to the GPU backend (kvq_model_params.n_gpu_layers), -1 unset. */
+int tu_env_gpu_layers(void);
+
 #endif

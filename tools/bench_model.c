@@ -17,7 +17,7 @@
 static const char *P = "kvq-bench model";
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [--device D] [--aqlm-cb8] [--aqlm-lut8]\n"
+    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8]\n"
                "       kvq-bench model --synthetic NAME --scheme 2x8|1x16 [--synthetic-dir D]\n"
                "  -m      model directory (default: the demo model)\n"
                "  --synthetic  a real-shape AQLM checkpoint with random codes, written once under D: llama2-7b,\n"
@@ -26,7 +26,7 @@ static int usage(FILE *f) {
                "  -p      prompt tokens (default 256), -n decoded tokens (default 128)\n"
                "  -t      threads (default: all cores), --reps passes, best is reported (default 3)\n"
                "  -ctk/-ctv  KV cache types (default f16)\n"
-               "  --backend auto|cpu|vulkan, --device N|NAME (GPU)\n"
+               "  --backend auto|cpu|vulkan, --device N|NAME (GPU), -ngl N (the last N layers on the GPU)\n"
                "  --aqlm-cb8  CPU: 1x16 AQLM codebooks as int8 (opt-in, lossy; see README)\n"
                "  --aqlm-lut8 CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (opt-in, lossy; see README)\n");
     return 0;
@@ -64,6 +64,7 @@ static double peak_rss(void) {
 
 int kvq_bench_model(int argc, char **argv) {
     const char *dir = NULL, *synth = NULL, *scheme = "2x8", *synth_root = NULL, *backend = NULL, *device = NULL;
+    int ngl = -1;
     long pp = -1, tg = -1, threads = 0, reps = -1;
     int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0;
     for (int i = 1; i < argc; i++) {
@@ -81,6 +82,7 @@ int kvq_bench_model(int argc, char **argv) {
         i++;
         if (!strcmp(a, "-m")) dir = v;
         else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) { if (kvq_tool_parse_ngl(v, &ngl)) goto bad; }
         else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "--synthetic")) synth = v;
         else if (!strcmp(a, "--scheme")) scheme = v;
@@ -111,6 +113,7 @@ int kvq_bench_model(int argc, char **argv) {
     kvq_model_params mp = kvq_model_default_params();
     mp.n_threads = (int)threads;
     mp.backend = backend;
+    mp.n_gpu_layers = ngl;
     mp.device = device;
     mp.aqlm_cb8 = cb8;
     mp.aqlm_lut8 = lut8;

@@ -18,6 +18,7 @@ typedef struct {
     long n_ctx, n_batch, threads, keep, seed;
     kvq_sampler_params sp;
     int type_k, type_v, kv_rotate, print_ids, verbose_prompt, no_display_prompt, chat, ignore_eos, aqlm_cb8, aqlm_lut8;
+    int ngl; /* -ngl: layers on the GPU backend, -1 all */
 } chat_opts;
 
 /* Set by SIGINT (Ctrl-C); generation and prompt evaluation poll it. */

@@ -93,4 +93,13 @@ void kvq_tool_report_backend(const char *prog, const kvq_model *m) {
     const char *note = kvq_model_backend_note(m);
     if (note && *note) fprintf(stderr, "%s: %s; using the next backend\n", prog, note);
     fprintf(stderr, "%s: backend %s\n", prog, kvq_model_backend_name(m));
+    fprintf(stderr, "%s: %s\n", prog, kvq_model_plan(m));
+}
+
+int kvq_tool_parse_ngl(const char *s, int *out) {
+    long v;
+    if (!strcmp(s, "all")) v = -1;
+    else if (kvq_tool_parse_int(s, -1, 1 << 20, &v)) return 1;
+    *out = (int)v;
+    return 0;
 }

@@ -47,6 +47,8 @@ static void usage(FILE *f) {
             "  -ctv, --cache-type-v T   V cache type: f32, f16, q8, q4 (default f16)\n"
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
+            "  -ngl, --n-gpu-layers N  with a GPU backend: the last N layers (and the LM head) on it, the\n"
+            "                        rest on the CPU; 0 = the CPU alone; all / -1 = every layer (default)\n"
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
@@ -64,6 +66,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
     o->seed = -1;
     o->type_k = o->type_v = KVQ_CACHE_F16;
     o->kv_rotate = -1;
+    o->ngl = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -81,6 +84,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         else if (IS("-f", "--file")) { NEED_ARG(); o->prompt_file = v; }
         else if (IS("--logits-out", "--logits-out")) { NEED_ARG(); o->logits_out = v; }
         else if (IS("--backend", "--backend")) { NEED_ARG(); o->backend = v; }
+        else if (IS("-ngl", "--n-gpu-layers") || IS("--gpu-layers", "--gpu-layers")) { NEED_ARG(); if (kvq_tool_parse_ngl(v, &o->ngl)) goto bad; }
         else if (IS("--device", "--device")) { NEED_ARG(); o->device = v; }
         else if (IS("--chat-template", "--chat-template")) { NEED_ARG(); o->chat_template = v; }
         else if (IS("--system", "-sys")) { NEED_ARG(); o->system = v; }
@@ -304,6 +308,7 @@ int main(int argc, char **argv) {
     kvq_model_params mp = kvq_model_default_params();
     mp.n_threads = (int)o.threads;
     mp.backend = o.backend;
+    mp.n_gpu_layers = o.ngl;
     mp.device = o.device;
     mp.aqlm_cb8 = o.aqlm_cb8;
     mp.aqlm_lut8 = o.aqlm_lut8;

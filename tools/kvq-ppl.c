@@ -23,6 +23,7 @@ static void usage(FILE *f) {
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --kl-base T           also run with cache type T for K and V and report KL divergence against it\n"
             "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
+            "  -ngl N                with a GPU backend: the last N layers on it, the rest on the CPU (all / -1: every layer)\n"
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
@@ -77,13 +78,13 @@ int main(int argc, char **argv) {
     if (kvq_tool_version(P, argc, argv)) return 0;
     const char *model = NULL, *file = NULL, *backend = NULL, *device = NULL;
     long n_ctx = 512, chunks = 0, n_batch = 0, threads = 0;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1, cb8 = 0, lut8 = 0;
+    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1, cb8 = 0, lut8 = 0, ngl = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate", "--aqlm-cb8", "--aqlm-lut8"};
         static const char *const valued[] = {"-m", "--model", "-f", "--file", "--backend", "--device", "-c", "--ctx-size", "--chunks",
                                              "-b", "--batch-size", "-t", "--threads", "-ctk", "--cache-type-k", "-ctv",
-                                             "--cache-type-v", "--kl-base"};
+                                             "--cache-type-v", "--kl-base", "-ngl", "--n-gpu-layers"};
         int takes = 0, known = 0;
         for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) known |= !strcmp(a, flags[k]);
         for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) takes |= !strcmp(a, valued[k]);
@@ -97,6 +98,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
         else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) { if (kvq_tool_parse_ngl(v, &ngl)) return kvq_tool_die(P, "bad -ngl '%s'", v); }
         else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (kvq_tool_parse_int(v, 2, 1 << 24, &n_ctx)) goto bad; }
         else if (!strcmp(a, "--chunks")) { if (kvq_tool_parse_int(v, 0, 1 << 30, &chunks)) goto bad; }
@@ -129,6 +131,7 @@ int main(int argc, char **argv) {
     kvq_model_params mp = kvq_model_default_params();
     mp.n_threads = (int)threads;
     mp.backend = backend;
+    mp.n_gpu_layers = ngl;
     mp.device = device;
     mp.aqlm_cb8 = cb8;
     mp.aqlm_lut8 = lut8;

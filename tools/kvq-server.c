@@ -31,7 +31,8 @@ static void usage(FILE *f) {
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
-            "  -ngl, --n-gpu-layers N   layers to offload to a GPU (not in this build: see --backend)\n"
+            "  -ngl, --n-gpu-layers N   with a GPU backend: the last N layers on it, the rest on the CPU\n"
+            "                        (0: the CPU alone; all / -1: every layer, the default)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables\n"
             "  --chat-template NAME  none, llama2, llama3, mistral, chatml, phi3, gemma, command-r\n"
@@ -81,7 +82,7 @@ static int parse(int argc, char **argv, srv_opts *o) {
         else if (IS("--chunk", "--chunk")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->chunk)) goto bad; }
         else if (IS("-b", "--batch-size")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->n_batch)) goto bad; }
         else if (IS("-t", "--threads")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1024, &o->threads)) goto bad; }
-        else if (IS("-ngl", "--n-gpu-layers")) { NEED_ARG(); if (kvq_tool_parse_int(v, -1, 1 << 20, &o->ngl)) goto bad; }
+        else if (IS("-ngl", "--n-gpu-layers")) { NEED_ARG(); if (kvq_tool_parse_ngl(v, &o->ngl)) goto bad; }
         else if (IS("-ctk", "--cache-type-k")) { NEED_ARG(); if ((o->type_k = kvq_cache_type_parse(v)) < 0) goto bad; }
         else if (IS("-ctv", "--cache-type-v")) { NEED_ARG(); if ((o->type_v = kvq_cache_type_parse(v)) < 0) goto bad; }
         else return kvq_tool_die(P, "unknown option '%s' (see --help)", a) + 1;
@@ -91,10 +92,6 @@ static int parse(int argc, char **argv, srv_opts *o) {
 #undef NEED_ARG
 #undef IS
     }
-    /* kvq_model_params has no per-layer GPU offload: the whole model runs on one backend */
-    if (o->ngl >= 0)
-        return kvq_tool_die(P, "-ngl %ld: per-layer GPU offload is not in this build; --backend vulkan runs the whole model on a GPU",
-                            o->ngl) + 1;
     if (o->chat_template) {
         static const char *const names[] = {"none", "llama2", "llama3", "mistral", "chatml", "phi3", "gemma", "command-r"};
         int ok = 0;
@@ -136,6 +133,7 @@ int main(int argc, char **argv) {
 
     kvq_model_params mp = kvq_model_default_params();
     mp.backend = o.backend;
+    mp.n_gpu_layers = o.ngl;
     mp.device = o.device;
     mp.n_threads = (int)o.threads;
     mp.aqlm_cb8 = o.aqlm_cb8;

@@ -94,7 +94,8 @@ typedef struct srv_server srv_server;
 
 typedef struct {
     const char *model_dir, *backend, *device, *chat_template, *alias, *api_key, *host;
-    long port, n_slots, n_ctx, n_batch, chunk, threads, queue, ngl;
+    long port, n_slots, n_ctx, n_batch, chunk, threads, queue;
+    int ngl; /* -ngl: layers on the GPU backend, -1 all */
     int type_k, type_v, kv_rotate, aqlm_cb8, aqlm_lut8;
 } srv_opts;
 

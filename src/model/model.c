@@ -7,7 +7,7 @@
 #include "util.h"
 
 kvq_model_params kvq_model_default_params(void) {
-    kvq_model_params p = {.backend = NULL, .n_threads = 0, .device = NULL};
+    kvq_model_params p = {.backend = NULL, .n_threads = 0, .device = NULL, .n_gpu_layers = -1};
     return p;
 }
 
@@ -36,6 +36,32 @@ static kvq_status pick_backend(kvq_model *m, const kvq_model_params *p) {
     return s;
 }
 
+/* Offload (-ngl): with a GPU backend and 0 < n < n_layer, the first layers run on a CPU
+ * instance (dev[0]) and the last n, with the LM head, on the GPU (dev[1]); n = 0 swaps the GPU
+ * for the CPU alone. */
+static kvq_status plan_devices(kvq_model *m, const kvq_model_params *p) {
+    int n = p->n_gpu_layers, L = m->hp.n_layer;
+    m->n_dev = 1;
+    m->dev[0] = (kvq_dev){m->be, m->bctx};
+    if (!strcmp(m->be->name, "cpu") || n < 0 || n >= L) return KVQ_OK;
+    const kvq_backend *cpu = kvq_backend_find("cpu");
+    kvq_bctx *cb = NULL;
+    kvq_backend_opts o = {.n_threads = p->n_threads, .aqlm_cb8 = p->aqlm_cb8, .aqlm_lut8 = p->aqlm_lut8};
+    kvq_status s = cpu->init(&o, &cb);
+    if (s) return s;
+    if (n == 0) { /* the CPU alone */
+        m->be->release(m->bctx);
+        m->be = cpu, m->bctx = cb;
+        m->dev[0] = (kvq_dev){cpu, cb};
+        return KVQ_OK;
+    }
+    m->n_dev = 2;
+    m->gpu_from = L - n;
+    m->dev[0] = (kvq_dev){cpu, cb};
+    m->dev[1] = (kvq_dev){m->be, m->bctx};
+    return kvq_graph_check_backend(&m->hp, cpu);
+}
+
 kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_model **out) {
     *out = NULL;
     kvq_model_params dp = kvq_model_default_params();
@@ -44,7 +70,7 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
     if (!m) return kvq_fail(KVQ_ERR_NOMEM, "out of memory");
     kvq_status s;
     if ((s = kvq_hparams_load(dir, &m->hp)) || (s = kvq_tokenizer_load(dir, &m->tok)) ||
-        (s = kvq_st_open_dir(&m->st, dir)) || (s = pick_backend(m, p)) || (s = kvq_graph_check_backend(&m->hp, m->be)) || (s = kvq_model_load_weights(m, dir, &m->st)))
+        (s = kvq_st_open_dir(&m->st, dir)) || (s = pick_backend(m, p)) || (s = plan_devices(m, p)) || (s = kvq_graph_check_backend(&m->hp, m->be)) || (s = kvq_model_load_weights(m, dir, &m->st)))
         goto fail;
     int half = m->hp.head_dim / 2;
     m->rope_freqs = malloc(sizeof(float) * (size_t)half);
@@ -61,7 +87,11 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
         }
         kvq_hparams_rope_freqs(&m->hp, m->rope_freqs_long, 1);
     }
-    if (!m->be->weights_in_place) kvq_st_close(&m->st); /* the backend holds its own copies */
+    if (!m->dev[0].be->weights_in_place && !m->dev[m->n_dev - 1].be->weights_in_place)
+        kvq_st_close(&m->st); /* the backends hold their own copies */
+    snprintf(m->plan, sizeof m->plan, "plan: gpu_layers=%d/%d gpu_mib=%.1f cpu_mib=%.1f", kvq_model_gpu_layers(m), m->hp.n_layer,
+             (double)(m->n_dev > 1 ? m->dev_bytes[1] : strcmp(m->be->name, "cpu") ? m->dev_bytes[0] : 0) / (1 << 20),
+             (double)(m->n_dev > 1 ? m->dev_bytes[0] : strcmp(m->be->name, "cpu") ? 0 : m->dev_bytes[0]) / (1 << 20));
     const kvq_hparams *hp = &m->hp;
     snprintf(m->desc, sizeof m->desc, "%s, %d layers, hidden %d, heads %d/%d x %d, vocab %d, %s, %.1f MiB of weights",
              hp->arch, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_vocab,
@@ -83,21 +113,23 @@ fail:
 void kvq_model_free(kvq_model *m) {
     if (!m) return;
     if (m->bctx) {
-        const kvq_backend *be = m->be;
-        if (m->layers) {
-            for (int l = 0; l < m->hp.n_layer; l++) {
-                kvq_layer *ly = &m->layers[l];
-                kvq_wt *ws[] = {ly->attn_norm, ly->ffn_norm, ly->q_norm, ly->k_norm, ly->router};
-                for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->weight_free(m->bctx, ws[i]);
-                for (int k = 0; k < KVQ_LIN_COUNT; k++) be->weight_free(m->bctx, ly->lin[k]);
-                for (int k = 0; k < KVQ_MOE_COUNT; k++)
-                    for (int e = 0; ly->moe[k] && e < m->hp.n_expert; e++) be->weight_free(m->bctx, ly->moe[k][e]);
-            }
+        for (int l = 0; m->layers && l < m->hp.n_layer; l++) {
+            kvq_layer *ly = &m->layers[l];
+            const kvq_dev *D = &m->dev[ly->dev];
+            kvq_wt *ws[] = {ly->attn_norm, ly->ffn_norm, ly->q_norm, ly->k_norm, ly->router};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) D->be->weight_free(D->b, ws[i]);
+            for (int k = 0; k < KVQ_LIN_COUNT; k++) D->be->weight_free(D->b, ly->lin[k]);
+            for (int k = 0; k < KVQ_MOE_COUNT; k++)
+                for (int e = 0; ly->moe[k] && e < m->hp.n_expert; e++) D->be->weight_free(D->b, ly->moe[k][e]);
         }
-        if (m->lm_head != m->embed) be->weight_free(m->bctx, m->lm_head);
-        be->weight_free(m->bctx, m->embed);
-        be->weight_free(m->bctx, m->out_norm);
-        be->release(m->bctx);
+        const kvq_dev *first = &m->dev[0], *last = &m->dev[m->n_dev ? m->n_dev - 1 : 0];
+        if (m->n_dev) {
+            if (m->lm_head != m->embed) last->be->weight_free(last->b, m->lm_head);
+            first->be->weight_free(first->b, m->embed);
+            last->be->weight_free(last->b, m->out_norm);
+        }
+        if (m->n_dev > 1) m->dev[0].be->release(m->dev[0].b);
+        m->be->release(m->bctx);
     }
     kvq_st_close(&m->st); /* after the backend: its weights may point into the mapping */
     for (int l = 0; m->layers && l < m->hp.n_layer; l++)
@@ -117,6 +149,11 @@ int kvq_model_n_ctx_train(const kvq_model *m) { return m->hp.n_ctx_train; }
 const char *kvq_model_backend_name(const kvq_model *m) { return m->be->describe(m->bctx); }
 const char *kvq_model_backend_note(const kvq_model *m) { return m->backend_note; }
 const char *kvq_model_desc(const kvq_model *m) { return m->desc; }
+const char *kvq_model_plan(const kvq_model *m) { return m->plan; }
+int kvq_model_gpu_layers(const kvq_model *m) {
+    if (m->n_dev > 1) return m->hp.n_layer - m->gpu_from;
+    return strcmp(m->be->name, "cpu") ? m->hp.n_layer : 0;
+}
 size_t kvq_model_step_bytes(const kvq_model *m) {
     size_t all = kvq_model_weight_bytes(m);
     if (!m->hp.n_expert) return all;

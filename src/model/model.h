@@ -11,7 +11,15 @@ enum { KVQ_LIN_Q, KVQ_LIN_K, KVQ_LIN_V, KVQ_LIN_O, KVQ_LIN_GATE, KVQ_LIN_UP, KVQ
 /* Experts' projections of a mixture-of-experts FFN, one array of n_expert weights each. */
 enum { KVQ_MOE_GATE, KVQ_MOE_UP, KVQ_MOE_DOWN, KVQ_MOE_COUNT };
 
+/* A backend instance the model runs on: the whole model, or with offload (-ngl) its first
+ * layers on the CPU and the rest on the GPU. */
 typedef struct {
+    const kvq_backend *be;
+    kvq_bctx *b;
+} kvq_dev;
+
+typedef struct {
+    int dev;                  /* index into kvq_model.dev */
     kvq_wt *attn_norm;
     kvq_wt *ffn_norm;         /* NULL where attention and FFN share attn_norm (parallel blocks) */
     kvq_wt *q_norm, *k_norm;  /* per-head gains [heads][head_dim] (qk_norm), else NULL */
@@ -25,9 +33,15 @@ typedef struct {
 struct kvq_model {
     kvq_hparams hp;
     kvq_tokenizer *tok;
-    const kvq_backend *be;
+    const kvq_backend *be; /* the chosen backend: all layers, or the offloaded last ones, and the LM head */
     kvq_bctx *bctx;
-    kvq_wt *embed, *out_norm, *lm_head; /* lm_head == embed when tied */
+    kvq_dev dev[2];        /* dev[n_dev-1] is (be, bctx); with offload dev[0] is the CPU */
+    int n_dev;
+    int gpu_from;          /* with offload: the first layer on dev[1] */
+    int load_dev;          /* the device uploads go to while loading */
+    size_t dev_bytes[2];   /* weight bytes on each device */
+    kvq_wt *embed;         /* on dev[0] (embedding lookups) */
+    kvq_wt *out_norm, *lm_head; /* on dev[n_dev-1]; lm_head == embed when tied on one device */
     kvq_layer *layers;
     float *rope_freqs;      /* head_dim/2 inverse frequencies (host) */
     float *rope_freqs_long; /* longrope's for contexts past rope_orig_ctx, else NULL */
@@ -39,6 +53,7 @@ struct kvq_model {
     size_t expert_bytes; /* of which the experts of mixture-of-experts layers */
     kvq_st st;           /* the checkpoint, mapped for the model's lifetime: weights may be used in place */
     char desc[256];
+    char plan[128];
     char backend_note[512]; /* why auto selection passed over a backend ("" if it did not) */
 };
 

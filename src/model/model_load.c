@@ -166,11 +166,15 @@ static kvq_status linear_desc(const loader *L, const char *prefix, int rows, int
 }
 
 static kvq_status upload(kvq_model *m, const kvq_weight_desc *d, kvq_wt **out) {
-    if (m->be->weight_supported && !m->be->weight_supported(m->bctx, d))
-        return kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: backend %s cannot run this weight format", d->name, m->be->name);
-    *out = m->be->weight_upload(m->bctx, d);
+    const kvq_dev *Dv = &m->dev[m->load_dev];
+    if (Dv->be->weight_supported && !Dv->be->weight_supported(Dv->b, d))
+        return kvq_fail(KVQ_ERR_UNSUPPORTED, "%s: backend %s cannot run this weight format", d->name, Dv->be->name);
+    const kvq_dev *D = &m->dev[m->load_dev];
+    *out = D->be->weight_upload(D->b, d);
     if (!*out) return KVQ_ERR_BACKEND; /* message set by the backend */
-    m->weight_bytes += m->be->weight_bytes(m->bctx, *out);
+    size_t bytes = D->be->weight_bytes(D->b, *out);
+    m->weight_bytes += bytes;
+    m->dev_bytes[m->load_dev] += bytes;
     return KVQ_OK;
 }
 
@@ -240,6 +244,7 @@ static kvq_status load_experts(kvq_model *m, const loader *L, int l, kvq_layer *
 static kvq_status load_layer(kvq_model *m, const loader *L, int l) {
     const kvq_hparams *hp = &m->hp;
     kvq_layer *ly = &m->layers[l];
+    ly->dev = m->load_dev = m->n_dev > 1 && l >= m->gpu_from ? 1 : 0;
     const int d = hp->n_embd, q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     char name[256];
     kvq_status s;
@@ -286,15 +291,24 @@ kvq_status kvq_model_load_weights(kvq_model *m, const char *dir, const kvq_st *s
         if (!m->owned) return kvq_fail(KVQ_ERR_NOMEM, "out of memory for %d layers' norms", hp->n_layer);
     }
     int tied = hp->tie_embeddings && !kvq_st_find(st, "lm_head.weight");
+    int last = m->n_dev - 1;
     kvq_weight_desc ed;
     if ((s = dense_desc(&L, "model.embed_tokens.weight", hp->n_vocab, hp->n_embd, &ed))) return s;
-    ed.rows_only = !tied; /* untied, the graph reads a few rows per token (get_rows) */
+    ed.rows_only = !tied || last > 0; /* only lookups read this copy: a few rows per token */
     m->embed_scale = hp->embed_scale ? embed_normalizer(hp, ed.fmt) : 1.0f;
+    m->load_dev = 0;
     if ((s = upload(m, &ed, &m->embed))) return s;
     m->embed_bytes = m->weight_bytes;
+    m->load_dev = last;
     if ((s = load_norm(m, &L, "model.norm.weight", &m->out_norm))) return s;
-    if (tied) m->lm_head = m->embed;
-    else if ((s = load_linear(m, &L, "lm_head", hp->n_vocab, hp->n_embd, &m->lm_head))) return s;
+    if (tied && last == 0) {
+        m->lm_head = m->embed;
+    } else if (tied) { /* the embedding again, as the LM head on the offload device */
+        ed.rows_only = 0;
+        if ((s = upload(m, &ed, &m->lm_head))) return s;
+    } else if ((s = load_linear(m, &L, "lm_head", hp->n_vocab, hp->n_embd, &m->lm_head))) {
+        return s;
+    }
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return kvq_fail(KVQ_ERR_NOMEM, "out of memory for %d layers", hp->n_layer);
     for (int l = 0; l < hp->n_layer; l++)
