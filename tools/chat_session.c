@@ -42,6 +42,15 @@ int chat_session_init(chat_session *S, const chat_opts *o, kvq_model *m, kvq_con
     S->cap_ids = S->n_ctx + 1;
     S->ids = malloc(sizeof *S->ids * (size_t)S->cap_ids);
     if (!S->ids) return kvq_tool_die(CHAT_PROG, "out of memory");
+    if (o->system && *o->system) {
+        /* a template that raises on a system message (Gemma 1, the first Mistral revisions) is
+         * said at start, not at the first turn */
+        kvq_chat_msg probe[2] = {{"system", o->system}, {"user", "x"}};
+        char one[8];
+        if (kvq_chat_render(S->t, probe, 2, 1, one, sizeof one) < 0)
+            return kvq_tool_die(CHAT_PROG, "--system: this model's chat template (%s) takes no system message: %s",
+                                kvq_chat_template_name(S->t), kvq_last_error());
+    }
     if (o->system && chat_set_system(S, o->system)) return 1;
     return 0;
 }
