@@ -10,6 +10,15 @@
 
 #include "kvq.h"
 
+/* A growing NUL-terminated string (request bodies, SSE events, held-back reply text). */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} srv_buf;
+
+/* Appends k bytes of s; -1 when out of memory (the buffer is left as it was). */
+int srv_buf_add(srv_buf *b, const char *s, size_t k);
+
 extern const char *SRV_PROG;
 
 #define SRV_MAX_STOP 4

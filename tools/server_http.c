@@ -43,18 +43,10 @@ typedef struct {
 } body;
 
 static int body_add(body *b, const char *s, size_t k) {
-    if (b->n + k + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + k + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, k);
-    b->n += k;
-    b->p[b->n] = 0;
-    return 0;
+    srv_buf sb = {b->p, b->n, b->cap};
+    int r = srv_buf_add(&sb, s, k);
+    b->p = sb.p, b->n = sb.n, b->cap = sb.cap;
+    return r;
 }
 
 /* ---- answers ---- */
