@@ -147,19 +147,6 @@ static kvq_context *new_ctx_for(const fixture *f, int k, kvq_cache_type t, int n
     return c;
 }
 
-static void top3(const float *x, int n, int *out) {
-    out[0] = out[1] = out[2] = -1;
-    for (int i = 0; i < n; i++) {
-        for (int k = 0; k < 3; k++) {
-            if (out[k] < 0 || x[i] > x[out[k]]) {
-                for (int j = 2; j > k; j--) out[j] = out[j - 1];
-                out[k] = i;
-                break;
-            }
-        }
-    }
-}
-
 static const char *PROMPT_NAME[2] = {"prompt", "prompt2"};
 
 static void test_logits_f32(void **state) {
@@ -171,8 +158,8 @@ static void test_logits_f32(void **state) {
         const float *got = kvq_logits(c);
         double err = tu_rel_l2(got, f->p[k].logits, (size_t)f->n_vocab);
         int a[3], b[3];
-        top3(got, f->n_vocab, a);
-        top3(f->p[k].logits, f->n_vocab, b);
+        tu_top3(got, f->n_vocab, a);
+        tu_top3(f->p[k].logits, f->n_vocab, b);
         print_message("%s %s (%d ids) f32 cache: rel L2 %.2e (bound %.2g), top3 %d %d %d (ref %d %d %d)\n", f->fam->name,
                       PROMPT_NAME[k], f->p[k].n_ids, err, f->tol, a[0], a[1], a[2], b[0], b[1], b[2]);
         if (!(err <= f->tol)) fail_msg("%s %s: rel L2 %.3e > %.2g", f->fam->name, PROMPT_NAME[k], err, f->tol);
@@ -245,8 +232,8 @@ static void test_kv_quantized(void **state) {
             double err = tu_rel_l2(got, f->p[k].logits, (size_t)f->n_vocab);
             double moved = tu_rel_l2(got, kvq_logits(c32), (size_t)f->n_vocab);
             int a[3], b[3];
-            top3(got, f->n_vocab, a);
-            top3(f->p[k].logits, f->n_vocab, b);
+            tu_top3(got, f->n_vocab, a);
+            tu_top3(f->p[k].logits, f->n_vocab, b);
             print_message("%s %s %s cache: rel L2 %.2e to the reference (bound %.2g), %.2e to the f32 cache, top1 %d (ref %d)\n",
                           f->fam->name, PROMPT_NAME[k], kvq_cache_type_name(types[t].t), err, types[t].tol, moved, a[0], b[0]);
             if (!(moved > 1e-7)) fail_msg("%s %s: the %s cache changed nothing", f->fam->name, PROMPT_NAME[k], kvq_cache_type_name(types[t].t));

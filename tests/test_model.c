@@ -91,24 +91,11 @@ static kvq_context *new_ctx(kvq_model *m, kvq_cache_type t, int n_batch) {
     return c;
 }
 
-static void top3(const float *x, int n, int *out) {
-    out[0] = out[1] = out[2] = -1;
-    for (int i = 0; i < n; i++) {
-        for (int k = 0; k < 3; k++) {
-            if (out[k] < 0 || x[i] > x[out[k]]) {
-                for (int j = 2; j > k; j--) out[j] = out[j - 1];
-                out[k] = i;
-                break;
-            }
-        }
-    }
-}
-
 static void check_logits(const fixture *f, const float *got, double tol, const char *what) {
     double err = tu_rel_l2(got, f->ref_logits, (size_t)f->n_vocab);
     int a[3], b[3];
-    top3(got, f->n_vocab, a);
-    top3(f->ref_logits, f->n_vocab, b);
+    tu_top3(got, f->n_vocab, a);
+    tu_top3(f->ref_logits, f->n_vocab, b);
     print_message("%s %s: rel L2 %.2e, top3 %d %d %d (ref %d %d %d)\n", f->name, what, err, a[0], a[1], a[2], b[0], b[1], b[2]);
     if (err > tol) fail_msg("%s %s: rel L2 %.3e > %.1e", f->name, what, err, tol);
     for (int k = 0; k < 3; k++)
@@ -290,8 +277,8 @@ static void check_lossy_mode(fixture *f, const char *dir, const kvq_model_params
     double moved = tu_rel_l2(l8, kvq_logits(c), (size_t)f->n_vocab), err = tu_rel_l2(l8, f->ref_logits, (size_t)f->n_vocab);
     double e1 = tu_rel_l2(kvq_logits(one), l8, (size_t)f->n_vocab);
     int a[3], b[3];
-    top3(l8, f->n_vocab, a);
-    top3(f->ref_logits, f->n_vocab, b);
+    tu_top3(l8, f->n_vocab, a);
+    tu_top3(f->ref_logits, f->n_vocab, b);
     print_message("%s %s: rel L2 %.2e to the reference, %.2e to the default, token-by-token %.2e\n", f->name, tag, err,
                   moved, e1);
     if (!(moved > 1e-5)) fail_msg("%s: %s changed nothing (%.3g)", f->name, tag, moved);

@@ -148,3 +148,16 @@ int tu_env_gpu_layers(void) {
     const char *v = getenv("KVQ_TEST_NGL");
     return v && *v ? atoi(v) : -1;
 }
+
+void tu_top3(const float *x, int n, int *out) {
+    out[0] = out[1] = out[2] = -1;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < 3; k++) {
+            if (out[k] < 0 || x[i] > x[out[k]]) {
+                for (int j = 2; j > k; j--) out[j] = out[j - 1];
+                out[k] = i;
+                break;
+            }
+        }
+    }
+}

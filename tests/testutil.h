@@ -50,4 +50,7 @@ int tu_env_backend(const char **name);
 /* $KVQ_TEST_NGL: layers offloaded to the GPU backend (kvq_model_params.n_gpu_layers), -1 unset. */
 int tu_env_gpu_layers(void);
 
+/* Indices of the 3 largest of x[0..n), largest first. */
+void tu_top3(const float *x, int n, int *out);
+
 #endif
