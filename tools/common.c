@@ -103,3 +103,41 @@ int kvq_tool_parse_ngl(const char *s, int *out) {
     *out = (int)v;
     return 0;
 }
+
+int kvq_tool_model_flag(const char *prog, const kvq_tool_model_flags *f, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+#define IS(x, y) (!strcmp(a, x) || !strcmp(a, y))
+    if (IS("--aqlm-cb8", "--aqlm-cb8")) return *f->aqlm_cb8 = 1;
+    if (IS("--aqlm-lut8", "--aqlm-lut8")) return *f->aqlm_lut8 = 1;
+    if (IS("--kv-rotate", "--kv-rotate")) return (*f->kv_rotate = 1);
+    if (IS("--no-kv-rotate", "--no-kv-rotate")) return (*f->kv_rotate = 0) + 1;
+    static const char *const valued[] = {"-m",  "--model",   "--backend",    "--device",         "-ngl", "--n-gpu-layers",
+                                         "--gpu-layers", "-c", "--ctx-size", "-b", "--batch-size", "-t", "--threads",
+                                         "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"};
+    int ours = 0;
+    for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) ours |= !strcmp(a, valued[k]);
+    if (!ours) return 0;
+    if (!v) return kvq_tool_die(prog, "option %s needs a value", a), -1;
+    ++*i;
+    int bad = 0;
+    if (IS("-m", "--model")) *f->model = v;
+    else if (IS("--backend", "--backend")) *f->backend = v;
+    else if (IS("--device", "--device")) *f->device = v;
+    else if (IS("-ngl", "--n-gpu-layers") || IS("--gpu-layers", "--gpu-layers")) bad = kvq_tool_parse_ngl(v, f->ngl);
+    else if (IS("-c", "--ctx-size")) bad = kvq_tool_parse_int(v, 0, 1 << 30, f->n_ctx);
+    else if (IS("-b", "--batch-size")) bad = kvq_tool_parse_int(v, 1, 1 << 20, f->n_batch);
+    else if (IS("-t", "--threads")) bad = kvq_tool_parse_int(v, 1, 1024, f->threads);
+    else if (IS("-ctk", "--cache-type-k")) bad = (*f->type_k = kvq_cache_type_parse(v)) < 0;
+    else bad = (*f->type_v = kvq_cache_type_parse(v)) < 0;
+#undef IS
+    if (bad) return kvq_tool_die(prog, "bad value '%s' for %s", v, a), -1;
+    return 1;
+}
+
+int kvq_tool_check_template_name(const char *prog, const char *name) {
+    static const char *const names[] = {"none", "llama2", "llama3", "mistral", "chatml", "phi3", "gemma", "command-r"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(name, names[i])) return 0;
+    kvq_tool_die(prog, "unknown chat template '%s' (none, llama2, llama3, mistral, chatml, phi3, gemma, command-r)", name);
+    return -1;
+}

@@ -16,6 +16,21 @@ int kvq_tool_die(const char *prog, const char *fmt, ...) __attribute__((format(p
 int kvq_tool_parse_int(const char *s, long lo, long hi, long *out);
 /* -ngl / --n-gpu-layers: a count, or "all" / -1 (every layer); non-zero on a bad value. */
 int kvq_tool_parse_ngl(const char *s, int *out);
+
+/* The model, backend and cache flags every model-running tool takes, each pointing at the
+ * tool's own option field: -m, --backend, --device, -ngl, --aqlm-cb8, --aqlm-lut8, -c, -b, -t,
+ * -ctk, -ctv, --kv-rotate, --no-kv-rotate. */
+typedef struct {
+    const char **model, **backend, **device;
+    long *n_ctx, *n_batch, *threads;
+    int *type_k, *type_v, *kv_rotate, *aqlm_cb8, *aqlm_lut8, *ngl;
+} kvq_tool_model_flags;
+
+/* argv[*i] as one of those flags: 1 when it was (its value taken, *i advanced past it), 0 when it
+ * is not one of them, -1 after printing one line when its value is missing or bad. */
+int kvq_tool_model_flag(const char *prog, const kvq_tool_model_flags *f, int argc, char **argv, int *i);
+/* --chat-template NAME: 0 for a family kvq renders, else prints one line and returns -1. */
+int kvq_tool_check_template_name(const char *prog, const char *name);
 int kvq_tool_parse_float(const char *s, double *out);
 
 /* With --version among the arguments: prints "<prog> <kvq version>" and returns 1

@@ -67,7 +67,12 @@ static int parse(int argc, char **argv, chat_opts *o) {
     o->type_k = o->type_v = KVQ_CACHE_F16;
     o->kv_rotate = -1;
     o->ngl = -1;
+    const kvq_tool_model_flags mf = {&o->model, &o->backend, &o->device, &o->n_ctx, &o->n_batch, &o->threads,
+                                     &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->ngl};
     for (int i = 1; i < argc; i++) {
+        int mr = kvq_tool_model_flag(P, &mf, argc, argv, &i);
+        if (mr < 0) return 1;
+        if (mr) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED_ARG()                                                        \
@@ -79,28 +84,17 @@ static int parse(int argc, char **argv, chat_opts *o) {
         double d;
         long n;
         if (IS("-h", "--help")) { usage(stdout); return -1; }
-        else if (IS("-m", "--model")) { NEED_ARG(); o->model = v; }
         else if (IS("-p", "--prompt")) { NEED_ARG(); o->prompt = v; }
         else if (IS("-f", "--file")) { NEED_ARG(); o->prompt_file = v; }
         else if (IS("--logits-out", "--logits-out")) { NEED_ARG(); o->logits_out = v; }
-        else if (IS("--backend", "--backend")) { NEED_ARG(); o->backend = v; }
-        else if (IS("-ngl", "--n-gpu-layers") || IS("--gpu-layers", "--gpu-layers")) { NEED_ARG(); if (kvq_tool_parse_ngl(v, &o->ngl)) goto bad; }
-        else if (IS("--device", "--device")) { NEED_ARG(); o->device = v; }
         else if (IS("--chat-template", "--chat-template")) { NEED_ARG(); o->chat_template = v; }
         else if (IS("--system", "-sys")) { NEED_ARG(); o->system = v; }
         else if (IS("--ids", "--ids")) o->print_ids = 1;
-        else if (IS("--aqlm-cb8", "--aqlm-cb8")) o->aqlm_cb8 = 1;
-        else if (IS("--aqlm-lut8", "--aqlm-lut8")) o->aqlm_lut8 = 1;
         else if (IS("--chat", "--chat")) o->chat = 1;
         else if (IS("--ignore-eos", "--ignore-eos")) o->ignore_eos = 1;
         else if (IS("--no-display-prompt", "--no-display-prompt")) o->no_display_prompt = 1;
         else if (IS("--verbose-prompt", "--verbose-prompt")) o->verbose_prompt = 1;
-        else if (IS("--kv-rotate", "--kv-rotate")) o->kv_rotate = 1;
-        else if (IS("--no-kv-rotate", "--no-kv-rotate")) o->kv_rotate = 0;
         else if (IS("-n", "--n-predict")) { NEED_ARG(); if (kvq_tool_parse_int(v, -1, 1 << 30, &o->n_predict)) goto bad; }
-        else if (IS("-c", "--ctx-size")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 30, &o->n_ctx)) goto bad; }
-        else if (IS("-b", "--batch-size")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->n_batch)) goto bad; }
-        else if (IS("-t", "--threads")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1024, &o->threads)) goto bad; }
         else if (IS("--keep", "--keep")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 30, &o->keep)) goto bad; }
         else if (IS("--top-k", "--top-k")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 30, &n)) goto bad; o->sp.top_k = (int)n; }
         else if (IS("--repeat-last-n", "--repeat-last-n")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 20, &n)) goto bad; o->sp.repeat_last_n = (int)n; }
@@ -109,8 +103,6 @@ static int parse(int argc, char **argv, chat_opts *o) {
         else if (IS("--top-p", "--top-p")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d <= 0 || d > 1) goto bad; o->sp.top_p = (float)d; }
         else if (IS("--min-p", "--min-p")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d < 0 || d > 1) goto bad; o->sp.min_p = (float)d; }
         else if (IS("--repeat-penalty", "--repeat-penalty")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d <= 0) goto bad; o->sp.repeat_penalty = (float)d; }
-        else if (IS("-ctk", "--cache-type-k")) { NEED_ARG(); if ((o->type_k = kvq_cache_type_parse(v)) < 0) goto bad; }
-        else if (IS("-ctv", "--cache-type-v")) { NEED_ARG(); if ((o->type_v = kvq_cache_type_parse(v)) < 0) goto bad; }
         else return kvq_tool_die(P, "unknown option '%s' (see --help)", a) + 1;
         continue;
     bad:
@@ -119,14 +111,8 @@ static int parse(int argc, char **argv, chat_opts *o) {
 #undef IS
     }
     if (o->prompt && o->prompt_file) return kvq_tool_die(P, "give -p or -f, not both") + 1;
-    if (o->chat_template) { /* before the model loads: a typo costs nothing */
-        static const char *const names[] = {"none", "llama2", "llama3", "mistral", "chatml", "phi3", "gemma", "command-r"};
-        int ok = 0;
-        for (size_t i = 0; i < sizeof names / sizeof *names; i++) ok |= !strcmp(o->chat_template, names[i]);
-        if (!ok)
-            return kvq_tool_die(P, "unknown chat template '%s' (none, llama2, llama3, mistral, chatml, phi3, gemma, command-r)",
-                                o->chat_template) + 1;
-    }
+    /* before the model loads: a typo costs nothing */
+    if (o->chat_template && kvq_tool_check_template_name(P, o->chat_template)) return 1;
     return 0;
 }
 

@@ -54,7 +54,12 @@ static int parse(int argc, char **argv, srv_opts *o) {
     o->ngl = -1;
     o->type_k = o->type_v = KVQ_CACHE_F16;
     o->kv_rotate = -1;
+    const kvq_tool_model_flags mf = {&o->model_dir, &o->backend, &o->device, &o->n_ctx, &o->n_batch, &o->threads,
+                                     &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->ngl};
     for (int i = 1; i < argc; i++) {
+        int mr = kvq_tool_model_flag(P, &mf, argc, argv, &i);
+        if (mr < 0) return 1;
+        if (mr) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED_ARG()                                                        \
@@ -64,27 +69,14 @@ static int parse(int argc, char **argv, srv_opts *o) {
     } while (0)
 #define IS(x, y) (!strcmp(a, x) || !strcmp(a, y))
         if (IS("-h", "--help")) { usage(stdout); return -1; }
-        else if (IS("-m", "--model")) { NEED_ARG(); o->model_dir = v; }
         else if (IS("--host", "--host")) { NEED_ARG(); o->host = v; }
-        else if (IS("--backend", "--backend")) { NEED_ARG(); o->backend = v; }
-        else if (IS("--device", "--device")) { NEED_ARG(); o->device = v; }
         else if (IS("--chat-template", "--chat-template")) { NEED_ARG(); o->chat_template = v; }
         else if (IS("--alias", "-a")) { NEED_ARG(); o->alias = v; }
         else if (IS("--api-key", "--api-key")) { NEED_ARG(); o->api_key = v; }
-        else if (IS("--aqlm-cb8", "--aqlm-cb8")) o->aqlm_cb8 = 1;
-        else if (IS("--aqlm-lut8", "--aqlm-lut8")) o->aqlm_lut8 = 1;
-        else if (IS("--kv-rotate", "--kv-rotate")) o->kv_rotate = 1;
-        else if (IS("--no-kv-rotate", "--no-kv-rotate")) o->kv_rotate = 0;
         else if (IS("--port", "--port")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 65535, &o->port)) goto bad; }
         else if (IS("-np", "--parallel")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 256, &o->n_slots)) goto bad; }
-        else if (IS("-c", "--ctx-size")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 24, &o->n_ctx)) goto bad; }
         else if (IS("--queue", "--queue")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 20, &o->queue)) goto bad; }
         else if (IS("--chunk", "--chunk")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->chunk)) goto bad; }
-        else if (IS("-b", "--batch-size")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->n_batch)) goto bad; }
-        else if (IS("-t", "--threads")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1024, &o->threads)) goto bad; }
-        else if (IS("-ngl", "--n-gpu-layers")) { NEED_ARG(); if (kvq_tool_parse_ngl(v, &o->ngl)) goto bad; }
-        else if (IS("-ctk", "--cache-type-k")) { NEED_ARG(); if ((o->type_k = kvq_cache_type_parse(v)) < 0) goto bad; }
-        else if (IS("-ctv", "--cache-type-v")) { NEED_ARG(); if ((o->type_v = kvq_cache_type_parse(v)) < 0) goto bad; }
         else return kvq_tool_die(P, "unknown option '%s' (see --help)", a) + 1;
         continue;
     bad:
@@ -92,14 +84,7 @@ static int parse(int argc, char **argv, srv_opts *o) {
 #undef NEED_ARG
 #undef IS
     }
-    if (o->chat_template) {
-        static const char *const names[] = {"none", "llama2", "llama3", "mistral", "chatml", "phi3", "gemma", "command-r"};
-        int ok = 0;
-        for (size_t i = 0; i < sizeof names / sizeof *names; i++) ok |= !strcmp(o->chat_template, names[i]);
-        if (!ok)
-            return kvq_tool_die(P, "unknown chat template '%s' (none, llama2, llama3, mistral, chatml, phi3, gemma, command-r)",
-                                o->chat_template) + 1;
-    }
+    if (o->chat_template && kvq_tool_check_template_name(P, o->chat_template)) return 1;
     return 0;
 }
 
