@@ -103,9 +103,15 @@ typedef struct {
                             matmuls look up int8 tables instead of int16 ones: faster prompts,
                             ~1% RMS change of each matmul's outputs (README) */
     int n_gpu_layers;    /* with a GPU backend: how many of the last layers run on it (with the
-                            LM head), the rest on the CPU; < 0 (the default) or >= the layer
-                            count: all; 0: none (the CPU alone). Ignored on the CPU backend. */
+                            LM head), the rest on the CPU; -1 (the default) or >= the layer
+                            count: all; 0: none (the CPU alone); KVQ_GPU_LAYERS_AUTO: as many as
+                            the device's free memory holds with the KV cache of plan_ctx
+                            positions. Ignored on the CPU backend. */
+    int plan_ctx;        /* with KVQ_GPU_LAYERS_AUTO: positions of KV cache (f16) to leave room
+                            for on the device; 0: min(trained context, 4096) */
 } kvq_model_params;
+
+#define KVQ_GPU_LAYERS_AUTO (-2)
 
 KVQ_API kvq_model_params kvq_model_default_params(void);
 

@@ -146,6 +146,9 @@ typedef struct kvq_backend {
     void (*attention)(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_attn_desc *a,
                       const kvq_buf *q, kvq_buf *out, int pos0, int n);
 
+    /* Optional: bytes of device memory this process may still allocate, for the offload plan
+     * (NULL: the backend works in host memory and sets no limit of its own). */
+    size_t (*mem_budget)(kvq_bctx *b);
     /* Optional: submit recorded ops now and wait for them, without reading anything back;
      * reports the first error like buf_read (NULL: nothing to do). */
     kvq_status (*flush)(kvq_bctx *b);

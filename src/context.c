@@ -47,8 +47,7 @@ static kvq_status acts_new(kvq_context *c, int d, int l0, int l1, const kvq_kv_d
     A->kd = *kd0;
     A->kd.n_layer = l1 - l0;
     A->layer0 = l0;
-    A->kv = D->be->kv_new(D->b, &A->kd);
-    if (!A->kv) return KVQ_ERR_NOMEM;
+    if (l1 > l0 && !(A->kv = D->be->kv_new(D->b, &A->kd))) return KVQ_ERR_NOMEM; /* none where only the embedding is */
     size_t nb = (size_t)c->p.n_batch * sizeof(float);
     kvq_buf **bufs[] = {&A->x, &A->xb, &A->xo, &A->q, &A->att, &A->k, &A->v, &A->hb, &A->hb2, &A->fused, &A->moe_out, &A->router};
     size_t widths[] = {w.x, w.xb, w.xo, w.q, w.att, w.k, w.v, w.hb, w.hb2, w.fused, w.moe_out, w.router};
@@ -235,7 +234,8 @@ const float *kvq_logits_row(const kvq_context *c, int i) {
 
 static size_t kv_bytes(const kvq_context *c, int positions) {
     size_t sum = 0;
-    for (int d = 0; d < c->m->n_dev; d++) sum += c->m->dev[d].be->kv_bytes(c->m->dev[d].b, &c->act[d].kd, positions);
+    for (int d = 0; d < c->m->n_dev; d++)
+        if (c->act[d].kv) sum += c->m->dev[d].be->kv_bytes(c->m->dev[d].b, &c->act[d].kd, positions);
     return sum;
 }
 

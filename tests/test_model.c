@@ -243,6 +243,52 @@ static void test_offload_splits(void **state) {
     }
 }
 
+/* -ngl auto with the device's free memory forced (KVQ_VK_BUDGET): more memory never means fewer
+ * GPU layers, the weights placed on the GPU stay inside the budget, nothing fails for lack of
+ * device memory (0 runs on the CPU alone), and every plan gives the reference logits. */
+static void test_offload_auto(void **state) {
+    fixture *f = *state;
+    TU_NEED_FIXTURE(f);
+    const kvq_backend *vk = kvq_backend_find("vulkan");
+    kvq_bctx *b = NULL;
+    kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
+    if (!vk || vk->init(&o, &b) != KVQ_OK) {
+        print_message("no Vulkan device here: offload not tested\n");
+        skip();
+    }
+    vk->release(b);
+    const char *dir = tu_fixture("models/brown-llama-aqlm-2x8");
+    const int mib[] = {0, 20, 21, 22, 23, 24, 25, 28, 40, 64};
+    int prev = -1, seen_split = 0;
+    for (size_t i = 0; i < sizeof mib / sizeof *mib; i++) {
+        char v[32];
+        snprintf(v, sizeof v, "%d", mib[i] << 20);
+        setenv("KVQ_VK_BUDGET", v, 1);
+        kvq_model_params mp = kvq_model_default_params();
+        mp.backend = "vulkan";
+        mp.n_gpu_layers = KVQ_GPU_LAYERS_AUTO;
+        mp.plan_ctx = 256;
+        kvq_model *m;
+        if (kvq_model_load(dir, &mp, &m) != KVQ_OK) fail_msg("load with a %d MiB device: %s", mib[i], kvq_last_error());
+        int n = kvq_model_gpu_layers(m);
+        const char *plan = kvq_model_plan(m), *g = strstr(plan, "gpu_mib=");
+        double gpu_mib = g ? atof(g + 8) : -1;
+        print_message("%d MiB free: %s\n", mib[i], plan);
+        if (n < prev) fail_msg("%d MiB gave %d GPU layers, less memory gave %d", mib[i], n, prev);
+        if (!(gpu_mib >= 0 && gpu_mib <= mib[i])) fail_msg("%d MiB: %s", mib[i], plan);
+        seen_split |= n > 0 && n < 4; /* the budgets step through the partial fits */
+        prev = n;
+        kvq_context *c = new_ctx(m, KVQ_CACHE_F32, 256);
+        assert_int_equal(kvq_eval(c, f->prompt, f->n_prompt), KVQ_OK);
+        check_logits(f, kvq_logits(c), 5e-3, "auto offload");
+        kvq_context_free(c);
+        kvq_model_free(m);
+    }
+    unsetenv("KVQ_VK_BUDGET");
+    assert_int_equal(prev, 4);
+    assert_true(seen_split);
+}
+
 static void test_context_limits(void **state) {
     fixture *f = *state;
     TU_NEED_FIXTURE(f);
@@ -336,6 +382,7 @@ int main(void) {
         MODEL_TESTS(fp16), MODEL_TESTS(a2x8), MODEL_TESTS(a1x16), MODEL_TESTS(llama3), MODEL_TESTS(mistral),
         cmocka_unit_test_setup_teardown(test_context_limits, setup_a2x8, teardown),
         cmocka_unit_test_setup_teardown(test_offload_splits, setup_a2x8, teardown),
+        cmocka_unit_test_setup_teardown(test_offload_auto, setup_a2x8, teardown),
         cmocka_unit_test_setup_teardown(test_cb8, setup_a1x16, teardown),
         cmocka_unit_test_setup_teardown(test_cb8, setup_llama3, teardown),
         cmocka_unit_test_setup_teardown(test_lut8, setup_a2x8, teardown),

@@ -26,7 +26,7 @@ static int usage(FILE *f) {
                "  -p      prompt tokens (default 256), -n decoded tokens (default 128)\n"
                "  -t      threads (default: all cores), --reps passes, best is reported (default 3)\n"
                "  -ctk/-ctv  KV cache types (default f16)\n"
-               "  --backend auto|cpu|vulkan, --device N|NAME (GPU), -ngl N (the last N layers on the GPU)\n"
+               "  --backend auto|cpu|vulkan, --device N|NAME (GPU), -ngl N|auto (the last N layers on the GPU)\n"
                "  --aqlm-cb8  CPU: 1x16 AQLM codebooks as int8 (opt-in, lossy; see README)\n"
                "  --aqlm-lut8 CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (opt-in, lossy; see README)\n");
     return 0;

@@ -99,6 +99,7 @@ void kvq_tool_report_backend(const char *prog, const kvq_model *m) {
 int kvq_tool_parse_ngl(const char *s, int *out) {
     long v;
     if (!strcmp(s, "all")) v = -1;
+    else if (!strcmp(s, "auto")) v = KVQ_GPU_LAYERS_AUTO;
     else if (kvq_tool_parse_int(s, -1, 1 << 20, &v)) return 1;
     *out = (int)v;
     return 0;

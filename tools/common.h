@@ -14,7 +14,8 @@ int kvq_tool_die(const char *prog, const char *fmt, ...) __attribute__((format(p
 
 /* Strict number parsing: return 0 and set *out on success, -1 on junk. */
 int kvq_tool_parse_int(const char *s, long lo, long hi, long *out);
-/* -ngl / --n-gpu-layers: a count, or "all" / -1 (every layer); non-zero on a bad value. */
+/* -ngl / --n-gpu-layers: a count, "all" / -1 (every layer) or "auto" (what the device's memory
+ * holds); non-zero on a bad value. */
 int kvq_tool_parse_ngl(const char *s, int *out);
 
 /* The model, backend and cache flags every model-running tool takes, each pointing at the

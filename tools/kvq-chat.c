@@ -48,7 +48,8 @@ static void usage(FILE *f) {
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
             "  -ngl, --n-gpu-layers N  with a GPU backend: the last N layers (and the LM head) on it, the\n"
-            "                        rest on the CPU; 0 = the CPU alone; all / -1 = every layer (default)\n"
+            "                        rest on the CPU; 0 = the CPU alone; all / -1 = every layer (default);\n"
+            "                        auto = what the device's free memory holds (with the -c cache)\n"
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
@@ -295,6 +296,7 @@ int main(int argc, char **argv) {
     mp.n_threads = (int)o.threads;
     mp.backend = o.backend;
     mp.n_gpu_layers = o.ngl;
+    mp.plan_ctx = (int)o.n_ctx;
     mp.device = o.device;
     mp.aqlm_cb8 = o.aqlm_cb8;
     mp.aqlm_lut8 = o.aqlm_lut8;

@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --kl-base T           also run with cache type T for K and V and report KL divergence against it\n"
             "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
-            "  -ngl N                with a GPU backend: the last N layers on it, the rest on the CPU (all / -1: every layer)\n"
+            "  -ngl N                with a GPU backend: the last N layers on it, the rest on the CPU (all / -1: every layer; auto: what fits)\n"
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"

@@ -32,7 +32,8 @@ static void usage(FILE *f) {
             "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  -ngl, --n-gpu-layers N   with a GPU backend: the last N layers on it, the rest on the CPU\n"
-            "                        (0: the CPU alone; all / -1: every layer, the default)\n"
+            "                        (0: the CPU alone; all / -1: every layer, the default; auto: what the device's\n"
+            "                        free memory holds with the slots' caches)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables\n"
             "  --chat-template NAME  none, llama2, llama3, mistral, chatml, phi3, gemma, command-r\n"
@@ -119,6 +120,7 @@ int main(int argc, char **argv) {
     kvq_model_params mp = kvq_model_default_params();
     mp.backend = o.backend;
     mp.n_gpu_layers = o.ngl;
+    mp.plan_ctx = (int)o.n_ctx;
     mp.device = o.device;
     mp.n_threads = (int)o.threads;
     mp.aqlm_cb8 = o.aqlm_cb8;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "resources.h"
 #include "util.h"
 
 kvq_model_params kvq_model_default_params(void) {
@@ -39,11 +40,64 @@ static kvq_status pick_backend(kvq_model *m, const kvq_model_params *p) {
 /* Offload (-ngl): with a GPU backend and 0 < n < n_layer, the first layers run on a CPU
  * instance (dev[0]) and the last n, with the LM head, on the GPU (dev[1]); n = 0 swaps the GPU
  * for the CPU alone. */
+/* Layer index of a checkpoint tensor "model.layers.<l>.", -1 for the others. */
+static int tensor_layer(const char *name) {
+    const char *pre = "model.layers.";
+    if (strncmp(name, pre, strlen(pre))) return -1;
+    char *end;
+    long l = strtol(name + strlen(pre), &end, 10);
+    return *end == '.' && l >= 0 && l < (1 << 20) ? (int)l : -1;
+}
+
+/* -ngl auto: the most last layers that fit the device's free memory together with the LM head,
+ * the final norm, their share of an f16 KV cache of plan_ctx positions, the activations and a
+ * headroom of 1/16 of the budget (drivers, the pipelines, fragmentation). Sizes are the
+ * checkpoint's, which the GPU layouts match within a few percent. */
+static int auto_gpu_layers(const kvq_model *m, const kvq_model_params *p, int *embed_fits) {
+    const kvq_hparams *hp = &m->hp;
+    *embed_fits = 1;
+    if (!m->be->mem_budget) return hp->n_layer;
+    size_t budget = m->be->mem_budget(m->bctx), head = 0, embed = 0, *layer = calloc((size_t)hp->n_layer, sizeof *layer);
+    if (!layer) return 0;
+    int tied = !kvq_st_find(&m->st, "lm_head.weight");
+    for (int i = 0; i < m->st.n_tensors; i++) {
+        const kvq_st_tensor *t = &m->st.tensors[i];
+        int l = tensor_layer(t->name);
+        if (l >= 0 && l < hp->n_layer) layer[l] += t->nbytes;
+        else if (!strncmp(t->name, "lm_head.", 8) || !strcmp(t->name, "model.norm.weight") ||
+                 (tied && !strcmp(t->name, "model.embed_tokens.weight")))
+            head += t->nbytes;
+        else if (!strcmp(t->name, "model.embed_tokens.weight"))
+            embed = t->nbytes; /* untied: on the GPU only when every layer is */
+    }
+    int ctx = p->plan_ctx > 0 ? p->plan_ctx : hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    size_t kv = (size_t)2 * hp->n_head_kv * hp->head_dim * 2 * (size_t)ctx; /* K and V, f16, one layer */
+    kvq_act_widths w;
+    kvq_act_widths_of(hp, &w);
+    size_t act = 512 * sizeof(float) * (w.x + w.xb + w.xo + w.q + w.att + w.k + w.v + w.hb + w.hb2 + w.fused + w.moe_out) +
+                 sizeof(float) * (size_t)hp->n_vocab;
+    size_t need = head + act + budget / 16;
+    int n = 0;
+    for (int l = hp->n_layer - 1; l >= 0 && need + layer[l] + kv <= budget; l--) need += layer[l] + kv, n++;
+    free(layer);
+    *embed_fits = need + embed <= budget;
+    return n;
+}
+
 static kvq_status plan_devices(kvq_model *m, const kvq_model_params *p) {
     int n = p->n_gpu_layers, L = m->hp.n_layer;
     m->n_dev = 1;
     m->dev[0] = (kvq_dev){m->be, m->bctx};
-    if (!strcmp(m->be->name, "cpu") || n < 0 || n >= L) return KVQ_OK;
+    int embed_fits = 1;
+    if (n == KVQ_GPU_LAYERS_AUTO && strcmp(m->be->name, "cpu")) {
+        n = auto_gpu_layers(m, p, &embed_fits);
+        if (m->be->mem_budget)
+            snprintf(m->plan_note, sizeof m->plan_note, " (auto: %.1f MiB free on the device)",
+                     (double)m->be->mem_budget(m->bctx) / (1 << 20));
+    }
+    /* every layer on the GPU, and the embedding table too unless it alone does not fit there */
+    if (!strcmp(m->be->name, "cpu") || n < 0 || (n >= L && embed_fits)) return KVQ_OK;
+    if (n > L) n = L;
     const kvq_backend *cpu = kvq_backend_find("cpu");
     kvq_bctx *cb = NULL;
     kvq_backend_opts o = {.n_threads = p->n_threads, .aqlm_cb8 = p->aqlm_cb8, .aqlm_lut8 = p->aqlm_lut8};
@@ -89,9 +143,9 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
     }
     if (!m->dev[0].be->weights_in_place && !m->dev[m->n_dev - 1].be->weights_in_place)
         kvq_st_close(&m->st); /* the backends hold their own copies */
-    snprintf(m->plan, sizeof m->plan, "plan: gpu_layers=%d/%d gpu_mib=%.1f cpu_mib=%.1f", kvq_model_gpu_layers(m), m->hp.n_layer,
+    snprintf(m->plan, sizeof m->plan, "plan: gpu_layers=%d/%d gpu_mib=%.1f cpu_mib=%.1f%s", kvq_model_gpu_layers(m), m->hp.n_layer,
              (double)(m->n_dev > 1 ? m->dev_bytes[1] : strcmp(m->be->name, "cpu") ? m->dev_bytes[0] : 0) / (1 << 20),
-             (double)(m->n_dev > 1 ? m->dev_bytes[0] : strcmp(m->be->name, "cpu") ? 0 : m->dev_bytes[0]) / (1 << 20));
+             (double)(m->n_dev > 1 ? m->dev_bytes[0] : strcmp(m->be->name, "cpu") ? 0 : m->dev_bytes[0]) / (1 << 20), m->plan_note);
     const kvq_hparams *hp = &m->hp;
     snprintf(m->desc, sizeof m->desc, "%s, %d layers, hidden %d, heads %d/%d x %d, vocab %d, %s, %.1f MiB of weights",
              hp->arch, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_vocab,

@@ -236,6 +236,7 @@ const kvq_backend kvq_backend_vulkan = {
     .add_weighted = vkb_add_weighted,
     .kv_store = kvq_vk_kv_store,
     .attention = kvq_vk_attention,
+    .mem_budget = kvq_vk_mem_budget,
     .flush = vkb_flush,
     .device_ms = vkb_device_ms,
 };

@@ -147,7 +147,7 @@ static kvq_status create_device(kvq_bctx *b) {
     VkPhysicalDevice16BitStorageFeatures s16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
     VkPhysicalDevice8BitStorageFeatures s8 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES};
     VkPhysicalDeviceShaderIntegerDotProductFeatures idot = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
-    const char *exts[4];
+    const char *exts[6];
     uint32_t n_ext = 0;
     void *chain = NULL;
     int want_f16i8 = api >= VK_API_VERSION_1_2 || has_ext(ext, next, VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME);
@@ -166,6 +166,8 @@ static kvq_status create_device(kvq_bctx *b) {
             exts[n_ext++] = VK_KHR_STORAGE_BUFFER_STORAGE_CLASS_EXTENSION_NAME;
     }
     if (api < VK_API_VERSION_1_3 && want_idot) exts[n_ext++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+    b->caps.mem_budget = has_ext(ext, next, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+    if (b->caps.mem_budget) exts[n_ext++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
     free(ext);
 
     vk_caps *c = &b->caps;
@@ -641,4 +643,26 @@ void kvq_vk_close(kvq_bctx *b) {
     }
     if (b->inst) vkDestroyInstance(b->inst, NULL);
     free(b);
+}
+
+/* Device-local bytes this process may still allocate: over the device-local heaps, the
+ * budget VK_EXT_memory_budget reports less what is in use, else the heaps' size less what kvq
+ * holds; KVQ_VK_BUDGET=<bytes> replaces it (tests force a small device). */
+size_t kvq_vk_mem_budget(kvq_bctx *b) {
+    const char *env = getenv("KVQ_VK_BUDGET");
+    if (env && *env) return (size_t)strtoull(env, NULL, 10);
+    VkPhysicalDeviceMemoryBudgetPropertiesEXT mb = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+    VkPhysicalDeviceMemoryProperties2 mp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2,
+                                            .pNext = b->caps.mem_budget ? &mb : NULL};
+    vkGetPhysicalDeviceMemoryProperties2(b->phys, &mp);
+    size_t free_bytes = 0;
+    for (uint32_t h = 0; h < mp.memoryProperties.memoryHeapCount; h++) {
+        if (!(mp.memoryProperties.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)) continue;
+        VkDeviceSize size = mp.memoryProperties.memoryHeaps[h].size, used = b->dev_bytes;
+        if (b->caps.mem_budget) size = mb.heapBudget[h], used = mb.heapUsage[h];
+        free_bytes += size > used ? (size_t)(size - used) : 0;
+    }
+    if (b->dev_limit && b->dev_limit - (b->dev_bytes < b->dev_limit ? b->dev_bytes : b->dev_limit) < free_bytes)
+        free_bytes = b->dev_limit - (b->dev_bytes < b->dev_limit ? b->dev_bytes : b->dev_limit);
+    return free_bytes;
 }

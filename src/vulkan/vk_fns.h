@@ -19,6 +19,7 @@
     X(GetPhysicalDeviceFeatures) \
     X(GetPhysicalDeviceFeatures2) \
     X(GetPhysicalDeviceMemoryProperties) \
+    X(GetPhysicalDeviceMemoryProperties2) \
     X(GetPhysicalDeviceQueueFamilyProperties) \
     X(EnumerateDeviceExtensionProperties) \
     X(CreateDevice) \
@@ -94,6 +95,7 @@ void kvq_vk_load_instance(VkInstance inst);
 #define vkGetPhysicalDeviceFeatures kvq_vk.GetPhysicalDeviceFeatures
 #define vkGetPhysicalDeviceFeatures2 kvq_vk.GetPhysicalDeviceFeatures2
 #define vkGetPhysicalDeviceMemoryProperties kvq_vk.GetPhysicalDeviceMemoryProperties
+#define vkGetPhysicalDeviceMemoryProperties2 kvq_vk.GetPhysicalDeviceMemoryProperties2
 #define vkGetPhysicalDeviceQueueFamilyProperties kvq_vk.GetPhysicalDeviceQueueFamilyProperties
 #define vkEnumerateDeviceExtensionProperties kvq_vk.EnumerateDeviceExtensionProperties
 #define vkCreateDevice kvq_vk.CreateDevice

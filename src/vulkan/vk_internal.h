@@ -58,6 +58,7 @@ typedef struct {
     int int_dot;       /* VK_KHR_shader_integer_dot_product */
     int subgroup_size; /* 0 when subgroup arithmetic is missing in compute */
     int subgroup_arith;
+    int mem_budget;    /* VK_EXT_memory_budget: heaps' budget and usage */
 } vk_caps;
 
 struct kvq_bctx {
@@ -109,6 +110,8 @@ struct kvq_bctx {
 
 /* ---- vk_core.c ---- */
 kvq_status kvq_vk_open(const kvq_backend_opts *o, kvq_bctx **out);
+/* kvq_backend.mem_budget: device-local bytes still free for this process. */
+size_t kvq_vk_mem_budget(kvq_bctx *b);
 void kvq_vk_close(kvq_bctx *b);
 /* Allocates a buffer (device-local, or host-visible+coherent when host != 0). NULL + kvq_fail. */
 kvq_buf *vk_buf_new(kvq_bctx *b, size_t bytes, int host);
