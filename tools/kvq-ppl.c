@@ -132,6 +132,7 @@ int main(int argc, char **argv) {
     mp.n_threads = (int)threads;
     mp.backend = backend;
     mp.n_gpu_layers = ngl;
+    mp.plan_ctx = (int)n_ctx;
     mp.device = device;
     mp.aqlm_cb8 = cb8;
     mp.aqlm_lut8 = lut8;
