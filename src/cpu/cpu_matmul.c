@@ -39,6 +39,11 @@
  * prompts of 64 / 256 / 512 tokens ran at 16.1 / 14.2 / 14.4 tok/s with them,
  * 5.6 / 9.3 / 11.1 with dequantize + OpenBLAS. */
 #define KVQ_LUTQ_MAX_N 40
+/* Below this many tokens the per-token tables (matmul_lutq, all tokens in one parallel region)
+ * beat the batched ones: synthetic Llama-2-7B 2x8, 2 threads, Zen 5 VM, kvq-bench model -p N:
+ * batched 8.1 / 9.8 / 8.3 tok/s at 2 / 4 / 8 tokens, per-token 14.2 / 17.1 / 16.9 (12 tokens 18.0;
+ * the batched kernel from 16 on, 12.0). A server's few decode rows per step take this path. */
+#define KVQ_LUTQ_MIN_N KVQ_LUT_MAX_N
 /* From this many tokens on, AMX tiles (where the CPU has them) take every weight
  * kind that the tables above do not. */
 #define KVQ_AMX_MIN_N 16
@@ -730,7 +735,7 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
     size_t work = (size_t)w->rows * (size_t)w->cols * (size_t)n;
     int nt = threads_for(n_threads, work);
 
-    int batch_lutq = n >= 2 && (n < KVQ_LUTQ_MAX_N || !amx_ready()) && k->lutq_gemm && (size_t)w->G * w->M <= 65536;
+    int batch_lutq = n >= KVQ_LUTQ_MIN_N && (n < KVQ_LUTQ_MAX_N || !amx_ready()) && k->lutq_gemm && (size_t)w->G * w->M <= 65536;
     if (w->kind == KVQ_CW_AQLM_LUT && batch_lutq) {
         int tm = lutq_chunk(w);
         size_t lut_n = (size_t)w->G * w->M * 256, pairs = ((size_t)w->G * w->M + 1) / 2;
