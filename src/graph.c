@@ -12,7 +12,9 @@
  *   logits = norm(x)·Wlm                             (Cohere: × logit_scale)
  *
  * The families differ by one step each, so one forward with a named switch per step reads
- * better than six copies of the other twelve steps (README, "Supported models"). */
+ * better than six copies of the other twelve steps (README, "Supported models"). With offload
+ * (-ngl) each layer runs on its model.dev with that device's activations and cache (kvq_acts);
+ * the residual x crosses to the next device where the layers change hands (cross()). */
 #include <math.h>
 
 #include "context.h"
