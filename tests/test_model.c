@@ -207,14 +207,7 @@ static void test_eval_batch(void **state) {
 static void test_offload_splits(void **state) {
     fixture *f = *state;
     TU_NEED_FIXTURE(f);
-    const kvq_backend *vk = kvq_backend_find("vulkan");
-    kvq_bctx *b = NULL;
-    kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
-    if (!vk || vk->init(&o, &b) != KVQ_OK) {
-        print_message("no Vulkan device here: offload not tested\n");
-        skip();
-    }
-    vk->release(b);
+    if (!tu_backend_starts("vulkan")) skip(); /* offload needs a GPU backend */
     const char *dir = tu_fixture("models/brown-llama-aqlm-2x8");
     const int ngl[] = {0, 1, 2, -1};
     for (int i = 0; i < 4; i++) {
@@ -249,14 +242,7 @@ static void test_offload_splits(void **state) {
 static void test_offload_auto(void **state) {
     fixture *f = *state;
     TU_NEED_FIXTURE(f);
-    const kvq_backend *vk = kvq_backend_find("vulkan");
-    kvq_bctx *b = NULL;
-    kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
-    if (!vk || vk->init(&o, &b) != KVQ_OK) {
-        print_message("no Vulkan device here: offload not tested\n");
-        skip();
-    }
-    vk->release(b);
+    if (!tu_backend_starts("vulkan")) skip(); /* offload needs a GPU backend */
     const char *dir = tu_fixture("models/brown-llama-aqlm-2x8");
     const int mib[] = {0, 20, 21, 22, 23, 24, 25, 28, 40, 64};
     int prev = -1, seen_split = 0;

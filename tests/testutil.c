@@ -129,19 +129,22 @@ double tu_nll(const float *row, int n, int target) {
     return mx + log(s) - row[target];
 }
 
-int tu_env_backend(const char **name) {
-    const char *want = getenv("KVQ_TEST_BACKEND");
-    *name = want && *want ? want : NULL;
-    if (!*name) return 1;
-    const kvq_backend *be = kvq_backend_find(want);
+int tu_backend_starts(const char *name) {
+    const kvq_backend *be = kvq_backend_find(name);
     kvq_bctx *b = NULL;
     kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
     if (!be || be->init(&o, &b) != KVQ_OK) {
-        printf("[  SKIPPED ] backend %s does not start here: %s\n", want, be ? kvq_last_error() : "not built");
+        printf("[  SKIPPED ] backend %s does not start here: %s\n", name, be ? kvq_last_error() : "not built");
         return 0;
     }
     be->release(b);
     return 1;
+}
+
+int tu_env_backend(const char **name) {
+    const char *want = getenv("KVQ_TEST_BACKEND");
+    *name = want && *want ? want : NULL;
+    return !*name || tu_backend_starts(want);
 }
 
 int tu_env_gpu_layers(void) {

@@ -43,6 +43,9 @@ double tu_nll(const float *row, int n, int target);
 /* Temp directory unique to this process (created once). */
 const char *tu_tmpdir(void);
 
+/* 1 when backend `name` starts here (software devices allowed), else 0 after a
+ * "[  SKIPPED ]" line saying why. */
+int tu_backend_starts(const char *name);
 /* The backend named by $KVQ_TEST_BACKEND (NULL: the automatic choice) in *name. Returns 0,
  * after a "[  SKIPPED ]" line, when that backend does not start on this machine. */
 int tu_env_backend(const char **name);
