@@ -107,8 +107,9 @@ typedef struct {
                             count: all; 0: none (the CPU alone); KVQ_GPU_LAYERS_AUTO: as many as
                             the device's free memory holds with the KV cache of plan_ctx
                             positions. Ignored on the CPU backend. */
-    int plan_ctx;        /* with KVQ_GPU_LAYERS_AUTO: positions of KV cache (f16) to leave room
-                            for on the device; 0: min(trained context, 4096) */
+    int plan_ctx;        /* positions of KV cache the plan counts (and, with KVQ_GPU_LAYERS_AUTO,
+                            leaves room for on the device); 0: min(trained context, 4096) */
+    int plan_type_k, plan_type_v; /* kvq_cache_type of that cache (default f16) */
 } kvq_model_params;
 
 #define KVQ_GPU_LAYERS_AUTO (-2)
@@ -137,8 +138,25 @@ KVQ_API size_t kvq_model_weight_bytes(const kvq_model *m);
 KVQ_API size_t kvq_model_step_bytes(const kvq_model *m);
 /* Layers on the GPU backend (0 on the CPU alone, the layer count when all are). */
 KVQ_API int kvq_model_gpu_layers(const kvq_model *m);
-/* One line: "plan: gpu_layers=<n>/<N> gpu_mib=<x> cpu_mib=<x>" (weights per backend). */
+/* One line: "plan: gpu_layers=<n>/<N> gpu_mib=<x> cpu_mib=<x> kv_gpu_mib=<x> kv_cpu_mib=<x>
+ * allocs=<n>": weight bytes per backend, the KV cache of plan_ctx positions per backend, the
+ * GPU's device allocations; " host_fallback_mib=<x>" when a full device put buffers in host memory. */
 KVQ_API const char *kvq_model_plan(const kvq_model *m);
+/* The same line for a model not loaded: from config.json and the checkpoint's headers only
+ * (weights counted at their checkpoint size, allocations as the GPU backend would place them). */
+KVQ_API kvq_status kvq_model_plan_only(const char *dir, const kvq_model_params *p, char *line, size_t size);
+
+/* Counters of a model's backends since load, summed over them (zeros on the CPU alone). */
+typedef struct {
+    uint64_t dispatches, barriers, submits; /* GPU commands recorded */
+    int allocs;                             /* device memory allocations held */
+    size_t host_fallback_bytes;             /* buffers in host memory because the device was full */
+} kvq_backend_stats;
+KVQ_API void kvq_model_backend_stats(const kvq_model *m, kvq_backend_stats *out);
+/* With KVQ_VK_PROFILE=1 in the environment at load (the GPU then runs one command at a time):
+ * device time per op kind since the last call, one "op=<kind> calls=<n> ms=<x> gbs=<x>" line
+ * each; "" otherwise. out NULL: just reset. */
+KVQ_API void kvq_model_profile(const kvq_model *m, char *out, size_t size);
 /* One-line human description (architecture, sizes, weight format). */
 KVQ_API const char *kvq_model_desc(const kvq_model *m);
 

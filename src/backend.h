@@ -155,6 +155,15 @@ typedef struct kvq_backend {
     /* Optional: device time in ms of the work submitted by the last buf_read/flush, from
      * the device's own timers; < 0 when unknown (NULL: not measured). */
     double (*device_ms)(kvq_bctx *b);
+    /* Optional: counters since init (dispatches, barriers, submits recorded; allocations held;
+     * bytes placed in host memory because the device was full). NULL: none kept. */
+    void (*stats)(kvq_bctx *b, kvq_backend_stats *out);
+    /* Optional: device allocations buffers of these sizes would take on a fresh device (the
+     * plan of a model not loaded). NULL: the backend makes none of its own. */
+    int (*plan_allocs)(kvq_bctx *b, const size_t *sizes, int n);
+    /* Optional: device time per op kind since the last call, one "op=<kind> calls=<n> ms=<x>
+     * gbs=<x>" line each ("" when not profiling); out NULL just resets. NULL: no profile. */
+    void (*profile)(kvq_bctx *b, char *out, size_t size);
 } kvq_backend;
 
 /* Registry (backend.c): backends compiled into this build, best first. */

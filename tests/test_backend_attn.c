@@ -350,9 +350,11 @@ static void test_cache_out_of_memory(void **state) {
     if (!be) skip();
     setenv("KVQ_VK_MAX_BUFFER", "40000", 1);
     setenv("KVQ_VK_MEMORY_LIMIT", "100000", 1);
+    setenv("KVQ_VK_HOST_FALLBACK", "0", 1);
     kvq_bctx *b = start(be);
     unsetenv("KVQ_VK_MAX_BUFFER");
     unsetenv("KVQ_VK_MEMORY_LIMIT");
+    unsetenv("KVQ_VK_HOST_FALLBACK");
     if (!b) skip();
     /* K q8: 2 x 256 x 68 = 34816 bytes per layer, one buffer per layer: the third one fails */
     kvq_kv_desc d = {.n_layer = 4, .n_ctx = 256, .n_head_kv = 2, .head_dim = 64, .type_k = KVQ_CACHE_Q8,

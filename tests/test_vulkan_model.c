@@ -5,11 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "cpu/cpu_kernels.h"
 #include "kvq.h"
 #include "testutil.h"
+#include "util.h"
 
 #define CTX 512
 
@@ -130,13 +132,14 @@ static void test_no_such_device(void **s) {
     free(out);
 }
 
-/* Out of device memory while uploading: one line naming the tensor, exit 1 (the ASan run
- * checks that nothing leaks on the way out). */
+/* Out of device memory while uploading, with the host-memory fallback off: one line naming
+ * the tensor, exit 1 (the ASan run checks that nothing leaks on the way out). */
 static void test_oom_upload(void **s) {
     if (!vulkan_starts()) skip();
     char cmd[8192];
     int st;
-    snprintf(cmd, sizeof cmd, "KVQ_VK_MEMORY_LIMIT=8000000 %s/kvq-chat --backend vulkan -p 'The jury' -n 2 2>&1", KVQ_TOOLS_DIR);
+    snprintf(cmd, sizeof cmd, "KVQ_VK_HOST_FALLBACK=0 KVQ_VK_MEMORY_LIMIT=8000000 %s/kvq-chat --backend vulkan -p 'The jury' -n 2 2>&1",
+             KVQ_TOOLS_DIR);
     char *out = tu_run(cmd, &st);
     print_message("%s", out);
     assert_int_equal(st, 1);
@@ -146,6 +149,36 @@ static void test_oom_upload(void **s) {
     free(out);
 }
 
+/* The device full part way through the upload: the rest goes to host-visible memory, the plan
+ * line says how much, and the greedy reply is the one the device alone gives. */
+static void test_host_fallback(void **s) {
+    (void)s;
+    if (!vulkan_starts()) skip();
+    char cmd[8192];
+    int st;
+    const char *run = "%s %s/kvq-chat --backend vulkan -p 'The jury' -n 8 --temp 0 2>%s";
+    char err_path[] = "/tmp/kvq-fallback-XXXXXX";
+    int fd = mkstemp(err_path);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(cmd, sizeof cmd, run, "", KVQ_TOOLS_DIR, "/dev/null");
+    char *ref = tu_run(cmd, &st);
+    assert_int_equal(st, 0);
+    snprintf(cmd, sizeof cmd, run, "KVQ_VK_MEMORY_LIMIT=8000000", KVQ_TOOLS_DIR, err_path);
+    char *out = tu_run(cmd, &st);
+    char *err = NULL;
+    size_t n;
+    assert_int_equal(kvq_read_file(err_path, &err, &n), KVQ_OK);
+    remove(err_path);
+    print_message("%s", err);
+    assert_int_equal(st, 0);
+    const char *fb = strstr(err, "host_fallback_mib=");
+    assert_non_null(fb);
+    assert_true(atof(fb + strlen("host_fallback_mib=")) > 1.0);
+    assert_string_equal(out, ref);
+    free(ref), free(out), free(err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ppl_2x8),
@@ -153,6 +186,7 @@ int main(void) {
         cmocka_unit_test(test_no_loader),
         cmocka_unit_test(test_no_such_device),
         cmocka_unit_test(test_oom_upload),
+        cmocka_unit_test(test_host_fallback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

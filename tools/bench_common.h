@@ -22,6 +22,10 @@ double kvq_bench_model_bw_gbs(const struct kvq_model *m, int n_threads);
  * gets the tensor bytes it holds. 0, or 1 after an error line on stderr. */
 int kvq_bench_synth_dir(const char *name, const char *scheme, const char *root, char *dir, size_t dir_size,
                         double *file_bytes);
+/* The same checkpoint with its data left as holes in sparse files (instant, no disk): for
+ * `--plan`, which reads only the headers. */
+int kvq_bench_synth_plan_dir(const char *name, const char *scheme, const char *root, char *dir, size_t dir_size,
+                             double *file_bytes);
 
 /* xorshift64 random numbers for bench data: 32 bits, and a float in [-1, 1). */
 uint32_t kvq_bench_rnd(uint64_t *state);

@@ -16,19 +16,25 @@
 
 static const char *P = "kvq-bench model";
 
+static int print_plan(const char *dir, const kvq_model_params *mp);
+
 static int usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8]\n"
+    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8] [--plan] [--profile]\n"
                "       kvq-bench model --synthetic NAME --scheme 2x8|1x16 [--synthetic-dir D]\n"
                "  -m      model directory (default: the demo model)\n"
                "  --synthetic  a real-shape AQLM checkpoint with random codes, written once under D: llama2-7b,\n"
-               "          llama2-13b, llama3-8b, mistral-7b, mixtral-8x7b, command-r, gemma-2b, phi3-mini, qwen2-7b\n"
+               "          llama2-13b, llama3-8b, llama3-70b, mistral-7b, mixtral-8x7b, command-r, gemma-2b, phi3-mini, qwen2-7b\n"
                "          (default $TMPDIR/kvq-synth) and loaded from there; defaults -p 512 -n 32 --reps 1\n"
                "  -p      prompt tokens (default 256), -n decoded tokens (default 128)\n"
                "  -t      threads (default: all cores), --reps passes, best is reported (default 3)\n"
                "  -ctk/-ctv  KV cache types (default f16)\n"
                "  --backend auto|cpu|vulkan, --device N|NAME (GPU), -ngl N|auto (the last N layers on the GPU)\n"
                "  --aqlm-cb8  CPU: 1x16 AQLM codebooks as int8 (opt-in, lossy; see README)\n"
-               "  --aqlm-lut8 CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (opt-in, lossy; see README)\n");
+               "  --aqlm-lut8 CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (opt-in, lossy; see README)\n"
+               "  --profile  GPU: time and GB/s per op kind over the decoded tokens (commands run one at a time)\n"
+               "  --plan  print the load plan (weights, KV cache of -p + -n positions per backend, device\n"
+               "          allocations) and exit without loading weights; --synthetic then writes only headers\n"
+               "  With a GPU the last line adds dispatches=, barriers= and submits= per decoded token.\n");
     return 0;
 }
 
@@ -66,7 +72,7 @@ int kvq_bench_model(int argc, char **argv) {
     const char *dir = NULL, *synth = NULL, *scheme = "2x8", *synth_root = NULL, *backend = NULL, *device = NULL;
     int ngl = -1;
     long pp = -1, tg = -1, threads = 0, reps = -1;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0;
+    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0, plan = 0, profile = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
@@ -76,6 +82,15 @@ int kvq_bench_model(int argc, char **argv) {
         }
         if (!strcmp(a, "--aqlm-lut8")) {
             lut8 = 1;
+            continue;
+        }
+        if (!strcmp(a, "--plan")) {
+            plan = 1;
+            continue;
+        }
+        if (!strcmp(a, "--profile")) {
+            setenv("KVQ_VK_PROFILE", "1", 1); /* read when the GPU backend starts */
+            profile = 1;
             continue;
         }
         if (!v) return kvq_tool_die(P, "unknown option or missing value: %s (see --help)", a);
@@ -102,7 +117,9 @@ int kvq_bench_model(int argc, char **argv) {
     double ckpt_bytes = 0;
     if (synth) {
         if (dir) return kvq_tool_die(P, "give either -m or --synthetic, not both");
-        if (kvq_bench_synth_dir(synth, scheme, synth_root, synth_dir, sizeof synth_dir, &ckpt_bytes)) return 1;
+        if ((plan ? kvq_bench_synth_plan_dir : kvq_bench_synth_dir)(synth, scheme, synth_root, synth_dir, sizeof synth_dir,
+                                                                     &ckpt_bytes))
+            return 1;
         dir = synth_dir;
     }
     if (pp < 0) pp = synth ? 512 : 256;
@@ -117,6 +134,9 @@ int kvq_bench_model(int argc, char **argv) {
     mp.device = device;
     mp.aqlm_cb8 = cb8;
     mp.aqlm_lut8 = lut8;
+    mp.plan_ctx = (int)(pp + tg);
+    mp.plan_type_k = tk, mp.plan_type_v = tv;
+    if (plan) return print_plan(dir, &mp);
     kvq_model *m;
     double t_load = kvq_tool_now(), cpu_load = cpu_seconds();
     if (kvq_model_load(dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
@@ -134,20 +154,30 @@ int kvq_bench_model(int argc, char **argv) {
     int32_t *ids = malloc(sizeof *ids * (size_t)pp);
     for (long i = 0; i < pp; i++) ids[i] = (int32_t)((i * 7919 + 13) % nv);
     double best_pp = 1e30, best_tg = 1e30;
+    kvq_backend_stats st0, st1;
     for (long r = 0; r < reps; r++) {
         kvq_kv_truncate(c, 0);
         double t0 = kvq_tool_now();
         if (kvq_eval(c, ids, (int)pp) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
         double t1 = kvq_tool_now();
+        kvq_model_backend_stats(m, &st0);
+        kvq_model_profile(m, NULL, 0); /* the profile covers the last pass's decode */
         for (long i = 0; i < tg; i++) {
             int32_t id = ids[i % pp];
             if (kvq_eval(c, &id, 1) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
         }
         double t2 = kvq_tool_now();
+        kvq_model_backend_stats(m, &st1);
         if (t1 - t0 < best_pp) best_pp = t1 - t0;
         if (t2 - t1 < best_tg) best_tg = t2 - t1;
     }
     double rss = peak_rss(); /* before the bandwidth test's 1 GiB buffer */
+    if (profile) {
+        static char prof[8192];
+        kvq_model_profile(m, prof, sizeof prof);
+        printf("profile of %ld decoded tokens (each GPU command alone; bytes = what its bindings hold):\n%s", tg,
+               *prof ? prof : "(no GPU profile: --profile needs the Vulkan backend with timestamps)\n");
+    }
     /* sampling cost per token on this model's logits, and on a Llama-3-sized vocabulary */
     double smp[4];
     int nv_big = 128256;
@@ -195,14 +225,26 @@ int kvq_bench_model(int argc, char **argv) {
     printf("load %.2f s (%.2f s CPU); peak RSS %.2f GB = %.2fx (checkpoint tensors %.2f GB + KV cache %.2f GB)\n", t_load,
            cpu_load, rss / 1e9, rss_ratio, ckpt_bytes / 1e9, kv_bytes / 1e9);
     if (synth)
-        printf("model synthetic=%s scheme=%s pp_tps=%.2f tg_tps=%.2f bound_tps=%.2f tg_bw_ratio=%.3f rss_ratio=%.3f\n", synth,
+        printf("model synthetic=%s scheme=%s pp_tps=%.2f tg_tps=%.2f bound_tps=%.2f tg_bw_ratio=%.3f rss_ratio=%.3f", synth,
                scheme, (double)pp / best_pp, tg_tps, bound, bound > 0 ? tg_tps / bound : 0, rss_ratio);
     else
         printf("model pp=%ld tg=%ld pp_tps=%.1f tg_tps=%.1f tg_bw_ratio=%.2f sample_greedy_us=%.1f sample_default_us=%.1f "
-           "sample_default_128k_us=%.1f\n", pp, tg, (double)pp / best_pp, tg_tps,
+           "sample_default_128k_us=%.1f", pp, tg, (double)pp / best_pp, tg_tps,
            bw > 0 ? tok_bytes * tg_tps / 1e9 / bw : 0, smp[0] * 1e6, smp[1] * 1e6, smp[3] * 1e6);
+    if (st1.dispatches > st0.dispatches) /* a GPU: its commands per decoded token */
+        printf(" dispatches=%.0f barriers=%.0f submits=%.1f", (double)(st1.dispatches - st0.dispatches) / (double)tg,
+               (double)(st1.barriers - st0.barriers) / (double)tg, (double)(st1.submits - st0.submits) / (double)tg);
+    printf("\n");
     free(ids);
     kvq_context_free(c);
     kvq_model_free(m);
+    return 0;
+}
+
+/* --plan: the plan line of the model as it would load, without loading its weights. */
+static int print_plan(const char *dir, const kvq_model_params *mp) {
+    char line[400];
+    if (kvq_model_plan_only(dir, mp, line, sizeof line) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+    printf("%s\n", line);
     return 0;
 }

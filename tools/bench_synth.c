@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "bench_common.h"
 #include "common.h"
@@ -36,6 +37,7 @@ static const synth_shape SHAPES[] = {
     {"llama2-7b", "LlamaForCausalLM", "llama", 4096, 11008, 32, 32, 32, 32000, 4096, 10000.0, 0, .tied = 0},
     {"llama2-13b", "LlamaForCausalLM", "llama", 5120, 13824, 40, 40, 40, 32000, 4096, 10000.0, 0, .tied = 0},
     {"llama3-8b", "LlamaForCausalLM", "llama", 4096, 14336, 32, 32, 8, 128256, 8192, 500000.0, 0, .tied = 0},
+    {"llama3-70b", "LlamaForCausalLM", "llama", 8192, 28672, 80, 64, 8, 128256, 8192, 500000.0, 0, .tied = 0},
     {"mistral-7b", "MistralForCausalLM", "mistral", 4096, 14336, 32, 32, 8, 32000, 32768, 10000.0, 4096, .tied = 0},
     {"mixtral-8x7b", "MixtralForCausalLM", "mixtral", 4096, 14336, 32, 32, 8, 32000, 32768, 1e6, 0, .n_expert = 8, .n_expert_used = 2},
     {"command-r", "CohereForCausalLM", "cohere", 8192, 22528, 40, 64, 64, 256000, 131072, 8e6, 0, .tied = 1, .cohere = 1},
@@ -43,7 +45,7 @@ static const synth_shape SHAPES[] = {
     {"phi3-mini", "Phi3ForCausalLM", "phi3", 3072, 8192, 32, 32, 32, 32064, 4096, 10000.0, 2047, .phi3 = 1},
     {"qwen2-7b", "Qwen2ForCausalLM", "qwen2", 3584, 18944, 28, 28, 4, 152064, 32768, 1e6, 0, .qwen2 = 1},
 };
-#define SHAPE_NAMES "llama2-7b, llama2-13b, llama3-8b, mistral-7b, mixtral-8x7b, command-r, gemma-2b, phi3-mini, qwen2-7b"
+#define SHAPE_NAMES "llama2-7b, llama2-13b, llama3-8b, llama3-70b, mistral-7b, mixtral-8x7b, command-r, gemma-2b, phi3-mini, qwen2-7b"
 
 /* Bumped whenever the written layout changes, so stale directories are rewritten. */
 #define SYNTH_VERSION "kvq-synth 2"
@@ -187,8 +189,9 @@ static void fill(const tensor_spec *t, uint8_t *buf, size_t n) {
 
 static int write_all(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n ? 0 : -1; }
 
-/* One shard: tensors [a, b) of L. */
-static int write_shard(const char *path, const spec_list *L, int a, int b, uint8_t *chunk, size_t chunk_bytes) {
+/* One shard: tensors [a, b) of L; sparse: the header, then a hole of the data's size (a plan
+ * reads only the headers). */
+static int write_shard(const char *path, const spec_list *L, int a, int b, uint8_t *chunk, size_t chunk_bytes, int sparse) {
     size_t cap = 256 + (size_t)(b - a) * 256, len = 0, off = 0;
     char *hdr = malloc(cap);
     if (!hdr) return -1;
@@ -212,6 +215,10 @@ static int write_shard(const char *path, const spec_list *L, int a, int b, uint8
     uint64_t hl = len;
     int bad = write_all(f, &hl, 8) || write_all(f, hdr, len);
     free(hdr);
+    if (sparse && !bad) {
+        bad = fflush(f) != 0 || ftruncate(fileno(f), (off_t)(8 + len + off)) != 0;
+        return fclose(f) != 0 || bad ? -1 : 0;
+    }
     for (int i = a; i < b && !bad; i++) {
         const tensor_spec *t = &L->t[i];
         for (size_t done = 0; done < t->bytes && !bad; done += chunk_bytes) {
@@ -274,8 +281,8 @@ static int mkdir_p(const char *path) {
 
 static const char *P = "kvq-bench model";
 
-int kvq_bench_synth_dir(const char *name, const char *scheme, const char *root, char *dir, size_t dir_size,
-                        double *file_bytes) {
+static int synth_dir(const char *name, const char *scheme, const char *root, char *dir, size_t dir_size,
+                     double *file_bytes, int sparse) {
     const synth_shape *s = NULL;
     for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++)
         if (!strcmp(name, SHAPES[i].name)) s = &SHAPES[i];
@@ -292,7 +299,7 @@ int kvq_bench_synth_dir(const char *name, const char *scheme, const char *root, 
         snprintf(def, sizeof def, "%s/kvq-synth", tmp && *tmp ? tmp : "/tmp");
         root = def;
     }
-    if ((size_t)snprintf(dir, dir_size, "%s/%s-%s", root, name, scheme) >= dir_size)
+    if ((size_t)snprintf(dir, dir_size, "%s/%s-%s%s", root, name, scheme, sparse ? "-headers" : "") >= dir_size)
         return kvq_tool_die(P, "%s: path too long", root);
 
     spec_list L = {0};
@@ -314,7 +321,8 @@ int kvq_bench_synth_dir(const char *name, const char *scheme, const char *root, 
         free(L.t);
         return kvq_tool_die(P, "%s: cannot create directory: %s", dir, strerror(errno));
     }
-    fprintf(stderr, "%s: writing synthetic %s %s checkpoint (%.2f GB) to %s\n", P, name, scheme, *file_bytes / 1e9, dir);
+    fprintf(stderr, "%s: writing synthetic %s %s checkpoint (%.2f GB%s) to %s\n", P, name, scheme, *file_bytes / 1e9,
+            sparse ? ", headers only" : "", dir);
     const size_t chunk_bytes = (size_t)4 << 20;
     uint8_t *chunk = malloc(chunk_bytes);
     int n_shards = 0, first[64], ok = chunk != NULL;
@@ -332,7 +340,7 @@ int kvq_bench_synth_dir(const char *name, const char *scheme, const char *root, 
         char fn[64];
         snprintf(fn, sizeof fn, "model-%05d-of-%05d.safetensors", sh + 1, n_shards);
         snprintf(path, sizeof path, "%s/%s", dir, fn);
-        ok = write_shard(path, &L, first[sh], first[sh + 1], chunk, chunk_bytes) == 0;
+        ok = write_shard(path, &L, first[sh], first[sh + 1], chunk, chunk_bytes, sparse) == 0;
         for (int i = first[sh]; i < first[sh + 1] && ok; i++) fprintf(idx, "%s\"%s\":\"%s\"", i ? "," : "", L.t[i].name, fn);
     }
     if (idx) {
@@ -357,4 +365,14 @@ int kvq_bench_synth_dir(const char *name, const char *scheme, const char *root, 
     }
     if (!ok) return kvq_tool_die(P, "%s: cannot write the synthetic checkpoint: %s", dir, strerror(errno));
     return 0;
+}
+
+int kvq_bench_synth_dir(const char *name, const char *scheme, const char *root, char *dir, size_t dir_size,
+                        double *file_bytes) {
+    return synth_dir(name, scheme, root, dir, dir_size, file_bytes, 0);
+}
+
+int kvq_bench_synth_plan_dir(const char *name, const char *scheme, const char *root, char *dir, size_t dir_size,
+                             double *file_bytes) {
+    return synth_dir(name, scheme, root, dir, dir_size, file_bytes, 1);
 }

@@ -297,6 +297,7 @@ int main(int argc, char **argv) {
     mp.backend = o.backend;
     mp.n_gpu_layers = o.ngl;
     mp.plan_ctx = (int)o.n_ctx;
+    mp.plan_type_k = (int)o.type_k, mp.plan_type_v = (int)o.type_v;
     mp.device = o.device;
     mp.aqlm_cb8 = o.aqlm_cb8;
     mp.aqlm_lut8 = o.aqlm_lut8;

@@ -133,6 +133,7 @@ int main(int argc, char **argv) {
     mp.backend = backend;
     mp.n_gpu_layers = ngl;
     mp.plan_ctx = (int)n_ctx;
+    mp.plan_type_k = tk, mp.plan_type_v = tv;
     mp.device = device;
     mp.aqlm_cb8 = cb8;
     mp.aqlm_lut8 = lut8;

@@ -8,7 +8,8 @@
 #include "util.h"
 
 kvq_model_params kvq_model_default_params(void) {
-    kvq_model_params p = {.backend = NULL, .n_threads = 0, .device = NULL, .n_gpu_layers = -1};
+    kvq_model_params p = {.backend = NULL, .n_threads = 0, .device = NULL, .n_gpu_layers = -1,
+                          .plan_type_k = KVQ_CACHE_F16, .plan_type_v = KVQ_CACHE_F16};
     return p;
 }
 
@@ -49,8 +50,24 @@ static int tensor_layer(const char *name) {
     return *end == '.' && l >= 0 && l < (1 << 20) ? (int)l : -1;
 }
 
+static int plan_ctx_of(const kvq_hparams *hp, const kvq_model_params *p) {
+    return p->plan_ctx > 0 ? p->plan_ctx : hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+}
+
+static kvq_cache_type plan_type(int t) { return t >= KVQ_CACHE_F32 && t <= KVQ_CACHE_Q4 ? (kvq_cache_type)t : KVQ_CACHE_F16; }
+
+/* Bytes of the KV cache of plan_ctx positions for n_layers layers on device d. */
+static size_t plan_kv(const kvq_model *m, const kvq_model_params *p, int d, int n_layers) {
+    if (n_layers <= 0) return 0;
+    const kvq_hparams *hp = &m->hp;
+    int ctx = plan_ctx_of(hp, p);
+    kvq_kv_desc kd = {.n_layer = n_layers, .n_ctx = ctx, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+                      .type_k = plan_type(p->plan_type_k), .type_v = plan_type(p->plan_type_v)};
+    return m->dev[d].be->kv_bytes(m->dev[d].b, &kd, ctx);
+}
+
 /* -ngl auto: the most last layers that fit the device's free memory together with the LM head,
- * the final norm, their share of an f16 KV cache of plan_ctx positions, the activations and a
+ * the final norm, their share of the KV cache of plan_ctx positions (plan_type_k/v), the activations and a
  * headroom of 1/16 of the budget (drivers, the pipelines, fragmentation). Sizes are the
  * checkpoint's, which the GPU layouts match within a few percent. */
 static int auto_gpu_layers(const kvq_model *m, const kvq_model_params *p, int *embed_fits) {
@@ -70,8 +87,7 @@ static int auto_gpu_layers(const kvq_model *m, const kvq_model_params *p, int *e
         else if (!strcmp(t->name, "model.embed_tokens.weight"))
             embed = t->nbytes; /* untied: on the GPU only when every layer is */
     }
-    int ctx = p->plan_ctx > 0 ? p->plan_ctx : hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
-    size_t kv = (size_t)2 * hp->n_head_kv * hp->head_dim * 2 * (size_t)ctx; /* K and V, f16, one layer */
+    size_t kv = plan_kv(m, p, m->n_dev - 1, 1); /* one layer's K and V */
     kvq_act_widths w;
     kvq_act_widths_of(hp, &w);
     size_t act = 512 * sizeof(float) * (w.x + w.xb + w.xo + w.q + w.att + w.k + w.v + w.hb + w.hb2 + w.fused + w.moe_out) +
@@ -116,6 +132,90 @@ static kvq_status plan_devices(kvq_model *m, const kvq_model_params *p) {
     return kvq_graph_check_backend(&m->hp, cpu);
 }
 
+/* The plan line from the weight bytes per device (dev_bytes[d] for m->dev[d]). */
+static void format_plan(kvq_model *m, const kvq_model_params *p, const size_t *wbytes, int allocs, size_t fallback) {
+    int L = m->hp.n_layer, cpu_alone = !strcmp(m->be->name, "cpu");
+    size_t gpu_w = 0, cpu_w = 0, kv_gpu = 0, kv_cpu = 0;
+    if (m->n_dev > 1) {
+        gpu_w = wbytes[1], cpu_w = wbytes[0];
+        kv_gpu = plan_kv(m, p, 1, L - m->gpu_from), kv_cpu = plan_kv(m, p, 0, m->gpu_from);
+    } else if (cpu_alone) {
+        cpu_w = wbytes[0], kv_cpu = plan_kv(m, p, 0, L);
+    } else {
+        gpu_w = wbytes[0], kv_gpu = plan_kv(m, p, 0, L);
+    }
+    const double mib = 1 << 20;
+    int n = snprintf(m->plan, sizeof m->plan, "plan: gpu_layers=%d/%d gpu_mib=%.1f cpu_mib=%.1f kv_gpu_mib=%.1f kv_cpu_mib=%.1f allocs=%d",
+                     kvq_model_gpu_layers(m), L, (double)gpu_w / mib, (double)cpu_w / mib, (double)kv_gpu / mib,
+                     (double)kv_cpu / mib, allocs);
+    if (fallback && n > 0 && (size_t)n < sizeof m->plan)
+        n += snprintf(m->plan + n, sizeof m->plan - (size_t)n, " host_fallback_mib=%.1f", (double)fallback / mib);
+    if (n > 0 && (size_t)n < sizeof m->plan) snprintf(m->plan + n, sizeof m->plan - (size_t)n, "%s", m->plan_note);
+}
+
+void kvq_model_backend_stats(const kvq_model *m, kvq_backend_stats *out) {
+    memset(out, 0, sizeof *out);
+    for (int d = 0; d < m->n_dev; d++) {
+        kvq_backend_stats s = {0};
+        if (!m->dev[d].be->stats) continue;
+        m->dev[d].be->stats(m->dev[d].b, &s);
+        out->dispatches += s.dispatches, out->barriers += s.barriers, out->submits += s.submits;
+        out->allocs += s.allocs, out->host_fallback_bytes += s.host_fallback_bytes;
+    }
+}
+
+void kvq_model_profile(const kvq_model *m, char *out, size_t size) {
+    if (out && size) out[0] = 0;
+    for (int d = 0; d < m->n_dev; d++)
+        if (m->dev[d].be->profile) {
+            size_t len = out ? strlen(out) : 0;
+            m->dev[d].be->profile(m->dev[d].b, out ? out + len : NULL, out ? size - len : 0);
+        }
+}
+
+kvq_status kvq_model_plan_only(const char *dir, const kvq_model_params *params, char *line, size_t size) {
+    kvq_model_params dp = kvq_model_default_params();
+    const kvq_model_params *p = params ? params : &dp;
+    kvq_model *m = calloc(1, sizeof *m);
+    if (!m) return kvq_fail(KVQ_ERR_NOMEM, "out of memory");
+    kvq_status s;
+    size_t *gpu_sizes = NULL;
+    if ((s = kvq_hparams_load(dir, &m->hp)) || (s = kvq_st_open_dir(&m->st, dir)) || (s = pick_backend(m, p)) ||
+        (s = plan_devices(m, p)))
+        goto out;
+    /* where kvq_model_load would put each tensor: layers by the split, the LM head and final
+     * norm on the last device, an untied embedding table on the first */
+    int gpu = m->n_dev > 1 ? 1 : strcmp(m->be->name, "cpu") ? 0 : -1, n_gpu = 0;
+    int tied = !kvq_st_find(&m->st, "lm_head.weight");
+    size_t wb[2] = {0, 0};
+    if (!(gpu_sizes = malloc(sizeof *gpu_sizes * ((size_t)m->st.n_tensors + 2)))) {
+        s = kvq_fail(KVQ_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < m->st.n_tensors; i++) {
+        const kvq_st_tensor *t = &m->st.tensors[i];
+        int l = tensor_layer(t->name), d;
+        if (l >= 0) d = m->n_dev > 1 && l >= m->gpu_from ? 1 : 0;
+        else if (!strcmp(t->name, "model.embed_tokens.weight") && !tied) d = 0;
+        else d = m->n_dev - 1;
+        wb[d] += t->nbytes;
+        if (d == gpu) gpu_sizes[n_gpu++] = t->nbytes;
+    }
+    int allocs = 0;
+    if (gpu >= 0) {
+        int L = m->hp.n_layer;
+        size_t kv = plan_kv(m, p, gpu, m->n_dev > 1 ? L - m->gpu_from : L);
+        gpu_sizes[n_gpu++] = kv / 2, gpu_sizes[n_gpu++] = kv - kv / 2; /* K and V */
+        if (m->be->plan_allocs) allocs = m->be->plan_allocs(m->bctx, gpu_sizes, n_gpu);
+    }
+    format_plan(m, p, wb, allocs, 0);
+    snprintf(line, size, "%s", m->plan);
+out:
+    free(gpu_sizes);
+    kvq_model_free(m);
+    return s;
+}
+
 kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_model **out) {
     *out = NULL;
     kvq_model_params dp = kvq_model_default_params();
@@ -143,9 +243,9 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
     }
     if (!m->dev[0].be->weights_in_place && !m->dev[m->n_dev - 1].be->weights_in_place)
         kvq_st_close(&m->st); /* the backends hold their own copies */
-    snprintf(m->plan, sizeof m->plan, "plan: gpu_layers=%d/%d gpu_mib=%.1f cpu_mib=%.1f%s", kvq_model_gpu_layers(m), m->hp.n_layer,
-             (double)(m->n_dev > 1 ? m->dev_bytes[1] : strcmp(m->be->name, "cpu") ? m->dev_bytes[0] : 0) / (1 << 20),
-             (double)(m->n_dev > 1 ? m->dev_bytes[0] : strcmp(m->be->name, "cpu") ? 0 : m->dev_bytes[0]) / (1 << 20), m->plan_note);
+    kvq_backend_stats st;
+    kvq_model_backend_stats(m, &st);
+    format_plan(m, p, m->dev_bytes, st.allocs, st.host_fallback_bytes);
     const kvq_hparams *hp = &m->hp;
     snprintf(m->desc, sizeof m->desc, "%s, %d layers, hidden %d, heads %d/%d x %d, vocab %d, %s, %.1f MiB of weights",
              hp->arch, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_vocab,

@@ -53,7 +53,7 @@ struct kvq_model {
     size_t expert_bytes; /* of which the experts of mixture-of-experts layers */
     kvq_st st;           /* the checkpoint, mapped for the model's lifetime: weights may be used in place */
     char desc[256];
-    char plan[192];
+    char plan[320];
     char plan_note[64]; /* how -ngl auto chose, "" otherwise */
     char backend_note[512]; /* why auto selection passed over a backend ("" if it did not) */
 };

@@ -41,20 +41,7 @@ static kvq_buf *vkb_buf_new(kvq_bctx *b, size_t bytes) {
     return vk_buf_new(b, bytes, 0);
 }
 
-static void vkb_buf_free(kvq_bctx *b, kvq_buf *x) {
-    if (!x) return;
-    if (b->n_dispatch || b->recording) {
-        /* recorded work may still use it: run that first, keeping its error for the next read */
-        kvq_status keep = b->err;
-        char msg[sizeof b->err_msg];
-        memcpy(msg, b->err_msg, sizeof msg);
-        kvq_status s = vk_submit(b);
-        if (!keep && s) keep = s, snprintf(msg, sizeof msg, "%s", kvq_last_error());
-        b->err = keep;
-        memcpy(b->err_msg, msg, sizeof msg);
-    }
-    vk_buf_free(b, x);
-}
+static void vkb_buf_free(kvq_bctx *b, kvq_buf *x) { vk_buf_free(b, x); }
 
 static void vkb_buf_write(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src, size_t n) {
     vk_record_write(b, dst, off, src, n);
@@ -83,6 +70,16 @@ static kvq_status vkb_buf_read(kvq_bctx *b, const kvq_buf *src, size_t off, void
 
 static kvq_status vkb_flush(kvq_bctx *b) { return vk_submit(b); }
 static double vkb_device_ms(kvq_bctx *b) { return b->last_ms; }
+
+static int vkb_plan_allocs(kvq_bctx *b, const size_t *sizes, int n) { return vk_alloc_plan(b, sizes, n); }
+
+static void vkb_stats(kvq_bctx *b, kvq_backend_stats *out) {
+    out->dispatches = b->count.dispatches;
+    out->barriers = b->count.barriers;
+    out->submits = b->count.submits;
+    out->allocs = b->n_allocs;
+    out->host_fallback_bytes = b->count.host_fallback_bytes;
+}
 
 /* Enough groups of 256 for count items, capped: the shaders loop with a grid stride. */
 static uint32_t groups_for(const kvq_bctx *b, size_t count) {
@@ -239,4 +236,7 @@ const kvq_backend kvq_backend_vulkan = {
     .mem_budget = kvq_vk_mem_budget,
     .flush = vkb_flush,
     .device_ms = vkb_device_ms,
+    .stats = vkb_stats,
+    .plan_allocs = vkb_plan_allocs,
+    .profile = vk_prof_report,
 };

@@ -69,7 +69,10 @@
     X(CmdResetQueryPool) \
     X(CmdWriteTimestamp) \
     X(GetQueryPoolResults) \
-    X(DeviceWaitIdle)
+    X(DeviceWaitIdle) \
+    X(CreatePipelineCache) \
+    X(DestroyPipelineCache) \
+    X(GetPipelineCacheData)
 
 typedef struct {
 #define KVQ_VK_FIELD(n) PFN_vk##n n;
@@ -146,5 +149,8 @@ void kvq_vk_load_instance(VkInstance inst);
 #define vkCmdWriteTimestamp kvq_vk.CmdWriteTimestamp
 #define vkGetQueryPoolResults kvq_vk.GetQueryPoolResults
 #define vkDeviceWaitIdle kvq_vk.DeviceWaitIdle
+#define vkCreatePipelineCache kvq_vk.CreatePipelineCache
+#define vkDestroyPipelineCache kvq_vk.DestroyPipelineCache
+#define vkGetPipelineCacheData kvq_vk.GetPipelineCacheData
 
 #endif

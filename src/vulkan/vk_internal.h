@@ -1,17 +1,27 @@
 /* What the Vulkan backend's files share: the instance struct, buffers, and the
- * small recording API every op file uses (vk_core.c implements it).
+ * small recording API every op file uses.
  *
- * Model of execution: ops record compute dispatches into one command buffer;
- * every dispatch is followed by a compute->compute memory barrier, so ops see
- * the results of earlier ops without per-op bookkeeping. buf_read / flush
- * submit the buffer and wait. Errors never stop recording: the first one is
- * kept in b->err (+ message) and returned at the next submit.
+ * Model of execution (vk_record.c): ops record compute dispatches and copies into
+ * command buffers. A barrier goes in only where a command reads what an earlier
+ * one wrote, or writes what an earlier one read or wrote, since the last barrier
+ * (each pipeline knows which bindings its shader writes, from the SPIR-V), so
+ * independent matvecs run without one between them. Every VK_PIECE dispatches the
+ * command buffer is submitted without waiting, so the GPU runs while the host
+ * records the rest; buf_read / flush submit the last piece and wait for all.
+ * Errors never stop recording: the first one is kept in b->err (+ message) and
+ * returned at the next submit; a lost device (or a GPU that never finishes) is
+ * sticky: every later call fails with it.
  *
- * Shaders: shaders/NAME.comp is compiled to SPIR-V at build time and embedded;
- * vk_pipe_get(b, "NAME", spec, n) gives its pipeline with specialization
+ * Memory (vk_alloc.c): device buffers are placed in a few large allocations
+ * (blocks); when device-local memory runs out, in host-visible memory the GPU
+ * reads over the bus, with a note in the plan line.
+ *
+ * Shaders (vk_pipes.c): shaders/NAME.comp is compiled to SPIR-V at build time and
+ * embedded; vk_pipe_get(b, "NAME", spec, n) gives its pipeline with specialization
  * constants 0..n-1 set to spec[]. Every pipeline has the same layout: set 0,
  * bindings 0..VK_MAX_BINDINGS-1 storage buffers (unused ones are bound to a
- * dummy buffer), and one push-constant block of at most VK_PC_BYTES. */
+ * dummy buffer), and one push-constant block of at most VK_PC_BYTES. Pipelines
+ * are built through a VkPipelineCache kept on disk. */
 #ifndef KVQ_VK_INTERNAL_H
 #define KVQ_VK_INTERNAL_H
 
@@ -22,15 +32,21 @@
 #define VK_MAX_BINDINGS 8
 #define VK_PC_BYTES 128
 #define VK_MAX_PIPES 128
+#define VK_SLOTS 3     /* command buffers in flight */
+#define VK_TRACK 64    /* buffer ranges remembered since the last barrier */
+
+typedef struct vk_block vk_block; /* one device allocation holding many buffers (vk_alloc.c) */
+typedef struct vk_dset vk_dset;   /* a cached descriptor set (vk_record.c) */
 
 /* A device buffer (activations, weights, KV cache). Device-local unless made
  * host-visible for staging. */
 struct kvq_buf {
     VkBuffer buf;
-    VkDeviceMemory mem;
+    VkDeviceMemory mem; /* own allocation (host-visible staging buffers), else VK_NULL_HANDLE */
+    vk_block *block;    /* the block it lives in, at [off, off + size) */
+    VkDeviceSize off, size;
     size_t bytes;
     void *map; /* host pointer when host-visible, else NULL */
-    size_t dev_size; /* device-local bytes counted in b->dev_bytes */
 };
 
 /* One shader binding: a byte range of a buffer (off must be a multiple of
@@ -38,15 +54,37 @@ struct kvq_buf {
 typedef struct {
     VkBuffer buf;
     VkDeviceSize off, range;
+    VkDeviceSize bytes; /* with range VK_WHOLE_SIZE: the bytes it holds (for the profile), 0 if unknown */
 } vk_bind;
 
-static inline vk_bind vk_whole(const kvq_buf *x) { return (vk_bind){x->buf, 0, VK_WHOLE_SIZE}; }
+static inline vk_bind vk_whole(const kvq_buf *x) { return (vk_bind){x->buf, 0, VK_WHOLE_SIZE, x->bytes}; }
 
 typedef struct {
-    char key[64]; /* shader name + spec constants */
+    char key[64];      /* shader name + spec constants, for messages */
+    uint64_t hash;     /* of name + spec: the lookup compares this first */
+    uint32_t spec[16];
+    int n_spec;
     VkPipeline pipe;
-    uint32_t local_x; /* not known from SPIR-V: callers pass their group counts */
+    uint8_t reads, writes; /* bindings the shader declares readonly / writable (from its SPIR-V) */
 } vk_pipe;
+
+/* A byte range of a buffer that a recorded command reads or writes. */
+typedef struct {
+    VkBuffer buf;
+    VkDeviceSize lo, hi;
+} vk_range;
+
+typedef struct {
+    VkCommandBuffer cmd;
+    VkFence fence;
+    int pending; /* submitted, fence not yet waited for */
+} vk_slot;
+
+/* Counters since open, for kvq-bench and the plan line. */
+typedef struct {
+    uint64_t dispatches, barriers, submits, dset_allocs;
+    size_t host_fallback_bytes; /* buffers placed in host-visible memory because the device was full */
+} vk_counters;
 
 /* Device capabilities the op files choose shader variants by. */
 typedef struct {
@@ -71,29 +109,52 @@ struct kvq_bctx {
     VkPhysicalDeviceMemoryProperties mem_props;
     vk_caps caps;
     int software;                 /* llvmpipe/lavapipe or other CPU-type device */
+    uint32_t target_groups;       /* KVQ_VK_TARGET_GROUPS: workgroups a matvec spreads over (0: by device) */
     VkDeviceSize max_buffer;      /* largest buffer a shader may bind (KVQ_VK_MAX_BUFFER lowers it) */
-    size_t dev_bytes, dev_limit;  /* device memory held; KVQ_VK_MEMORY_LIMIT caps it (tests) */
+    size_t dev_bytes, dev_limit;  /* device bytes in buffers; KVQ_VK_MEMORY_LIMIT caps it (tests) */
+    size_t block_bytes;           /* device bytes allocated (blocks hold some free room) */
     VkDeviceSize min_align;       /* minStorageBufferOffsetAlignment */
     uint32_t max_groups[3];       /* maxComputeWorkGroupCount */
     int n_threads;
 
     VkCommandPool cmd_pool;
-    VkCommandBuffer cmd;          /* the one being recorded */
-    int recording, n_dispatch;    /* n_dispatch: dispatches recorded since the last submit */
-    VkFence fence;
+    vk_slot slots[VK_SLOTS];
+    int cur;                      /* slot being recorded (or next to record) */
+    VkCommandBuffer cmd;          /* slots[cur].cmd while recording */
+    int recording, piece;         /* piece: dispatches in the command buffer being recorded */
+    int timing;                   /* the first timestamp of this batch is written */
+    vk_range pend_r[VK_TRACK], pend_w[VK_TRACK]; /* read / written since the last barrier */
+    int n_pend_r, n_pend_w, pend_full;
+    int barrier_all;              /* KVQ_VK_BARRIERS=all: a barrier before every command */
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
     VkDescriptorPool dpool;
-    int dsets_used, dsets_cap;
-    VkQueryPool qpool;            /* two timestamps around each submit, when supported */
+    vk_dset *dsets;               /* open-addressing table of cached sets */
+    int n_dsets;
+    VkQueryPool qpool;            /* two timestamps around each wait, when supported */
     uint32_t ts_bits;             /* timestampValidBits of the queue family */
     double last_ms;
+    vk_counters count;
+    long fail_after;              /* KVQ_VK_FAIL_AFTER=n (tests): the n+1-th wait reports a lost device */
+    struct vk_prof *prof;         /* KVQ_VK_PROFILE=1: per-command timestamps (vk_profile.c) */
+    kvq_status dead;              /* sticky: device lost or hung */
+    char dead_msg[256];
+
+    vk_block *blocks;             /* device allocations (vk_alloc.c) */
+    int n_allocs, max_allocs;     /* live vkAllocateMemory count; KVQ_VK_MAX_ALLOCS caps it */
+    size_t block_next, block_max; /* size of the next block; it doubles up to block_max */
+    size_t max_alloc;             /* maxMemoryAllocationSize */
+    int host_fallback;            /* place buffers in host-visible memory when the device is full */
+    VkPipelineCache pcache;
+    char pcache_path[512];
+    int pcache_new;               /* pipelines were built this run: save the cache at close */
 
     kvq_buf *dummy;               /* bound to unused bindings */
     kvq_buf *stage;               /* host-visible ring: buf_write sources and vk_stage data */
     kvq_buf *readback;            /* host-visible buffer buf_read copies through */
     size_t stage_used;
     kvq_buf *scratch[8];          /* vk_scratch slots */
+    size_t part_off;              /* next free byte of the matvecs' partial-sum ring (scratch 4) */
     struct {                      /* RoPE cos/sin table staged for this submit (shared by the layers) */
         const float *inv_freq;
         int pos0, n, half;
@@ -108,41 +169,83 @@ struct kvq_bctx {
     char desc[384];
 };
 
-/* ---- vk_core.c ---- */
+/* ---- vk_core.c: instance and device ---- */
 kvq_status kvq_vk_open(const kvq_backend_opts *o, kvq_bctx **out);
 /* kvq_backend.mem_budget: device-local bytes still free for this process. */
 size_t kvq_vk_mem_budget(kvq_bctx *b);
 void kvq_vk_close(kvq_bctx *b);
-/* Allocates a buffer (device-local, or host-visible+coherent when host != 0). NULL + kvq_fail. */
+/* Remembers the first error of an op (printf-style message, one line). */
+void vk_error(kvq_bctx *b, kvq_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+const char *vk_result_str(VkResult r);
+
+/* ---- vk_alloc.c: memory ---- */
+/* Allocates a buffer: device-local (placed in a block), or host-visible+coherent with its own
+ * allocation when host != 0. NULL + kvq_fail. */
 kvq_buf *vk_buf_new(kvq_bctx *b, size_t bytes, int host);
+/* Frees a buffer, first waiting for recorded work that may use it. */
 void vk_buf_free(kvq_bctx *b, kvq_buf *x);
-/* Uploads now (own submit + wait, through a staging buffer); for weights at load time. */
+/* A persistent device buffer of at least `bytes` for slot 0..7 (grows, submitting pending
+ * work first). Slots: 0-3 attention, 4-5 matmul, 6-7 matmul_routed. NULL + error recorded on failure. */
+kvq_buf *vk_scratch(kvq_bctx *b, int slot, size_t bytes);
+/* Sets the allocator up from the device limits and the environment; frees every block at close. */
+void vk_alloc_init(kvq_bctx *b, VkDeviceSize max_alloc);
+void vk_alloc_close(kvq_bctx *b);
+/* Device allocations a set of buffers of these sizes would take, placed as vk_buf_new would
+ * place them on a fresh device (the plan of a model not loaded). */
+int vk_alloc_plan(const kvq_bctx *b, const size_t *sizes, int n);
+
+/* ---- vk_pipes.c: pipelines ---- */
+/* Pipeline of shader `name` with spec constants 0..n_spec-1 = spec[] (created on first
+ * use, cached). NULL (error recorded in b) when the shader is missing or fails. */
+const vk_pipe *vk_pipe_get(kvq_bctx *b, const char *name, const uint32_t *spec, int n_spec);
+/* Opens the on-disk pipeline cache ($KVQ_VK_PIPELINE_CACHE, else $XDG_CACHE_HOME/kvq or
+ * ~/.cache/kvq, one file per device and driver); saves it and destroys the pipelines at close. */
+void vk_pipes_open(kvq_bctx *b);
+void vk_pipes_close(kvq_bctx *b);
+
+/* ---- vk_record.c: recording and submitting ---- */
+kvq_status vk_record_init(kvq_bctx *b);
+void vk_record_close(kvq_bctx *b);
 /* Records one copy of many regions (n of them; reg is rewritten: regions that continue
  * each other are joined). Every region must lie inside both buffers (else an error is
  * recorded and nothing copied); regions must not overlap when src == dst. */
 void vk_record_copy_regions(kvq_bctx *b, const kvq_buf *src, kvq_buf *dst, VkBufferCopy *reg, uint32_t n);
+/* Uploads now (own submit + wait, through the staging ring); for weights at load time. */
 kvq_status vk_upload_now(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src, size_t n);
 /* Records a host->device copy ordered with the ops recorded so far (src is copied now). */
 void vk_record_write(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src, size_t n);
 /* Records a device copy ordered with the ops recorded so far. */
 void vk_record_copy(kvq_bctx *b, const kvq_buf *src, size_t so, kvq_buf *dst, size_t dof, size_t n);
 /* Copies n bytes of host data (e.g. token ids) into the staging ring; the returned
- * binding stays valid for shaders recorded until the next submit. */
+ * binding stays valid for shaders recorded until the next wait. */
 vk_bind vk_stage(kvq_bctx *b, const void *src, size_t n);
-/* Pipeline of shader `name` with spec constants 0..n_spec-1 = spec[] (created on first
- * use, cached). NULL (error recorded in b) when the shader is missing or fails. */
-const vk_pipe *vk_pipe_get(kvq_bctx *b, const char *name, const uint32_t *spec, int n_spec);
-/* Records pipe with bindings 0..n_bind-1 and push constants, then a memory barrier. A NULL
- * pipe is skipped (its error is already recorded). Group counts are checked against the limits. */
+/* Records pipe with bindings 0..n_bind-1 and push constants, after a barrier if it depends on
+ * earlier commands. A NULL pipe is skipped (its error is already recorded). Group counts are
+ * checked against the limits. */
 void vk_dispatch(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int n_bind, const void *pc,
                  uint32_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
-/* A persistent device buffer of at least `bytes` for slot 0..7 (grows, submitting pending
- * work first). Slots: 0-3 attention, 4-5 matmul, 6-7 matmul_routed. NULL + error recorded on failure. */
-kvq_buf *vk_scratch(kvq_bctx *b, int slot, size_t bytes);
-/* Remembers the first error of an op (printf-style message, one line). */
-void vk_error(kvq_bctx *b, kvq_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Submits the recorded work and waits; returns (and clears) the first error. */
+/* Submits the recorded work and waits for everything submitted; returns (and clears) the
+ * first error. */
 kvq_status vk_submit(kvq_bctx *b);
+/* Waits for all submitted work, keeping any error in b->err (for vk_submit). */
+void vk_finish(kvq_bctx *b);
+/* 1 while work is recorded or submitted and not yet waited for. */
+int vk_busy(const kvq_bctx *b);
+/* Drops the cached descriptor sets (a buffer they name is going away); b must be idle. */
+void vk_dsets_clear(kvq_bctx *b);
+
+/* ---- vk_profile.c: per-op device time (KVQ_VK_PROFILE=1, kvq-bench model --profile) ---- */
+/* Set up when KVQ_VK_PROFILE=1 (commands then run one after another, so each has its own time). */
+void vk_prof_init(kvq_bctx *b);
+void vk_prof_close(kvq_bctx *b);
+/* In a batch's first command buffer, before any command. */
+void vk_prof_begin(kvq_bctx *b);
+/* After each recorded command: its kind (a shader name or "copy") and the bytes it binds. */
+void vk_prof_mark(kvq_bctx *b, const char *kind, double bytes);
+/* After a batch finished: adds its times up by kind. */
+void vk_prof_collect(kvq_bctx *b);
+/* One line per kind since the last call ("" when not profiling); out NULL: just reset. */
+void vk_prof_report(kvq_bctx *b, char *out, size_t size);
 
 /* ---- vk_weights.c / vk_matmul.c: weights, get_rows, matmul ---- */
 int kvq_vk_weight_supported(kvq_bctx *b, const kvq_weight_desc *d);

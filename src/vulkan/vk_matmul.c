@@ -19,11 +19,13 @@ static uint32_t cdiv(size_t a, size_t b) { return (uint32_t)((a + b - 1) / b); }
 static vk_bind opt(kvq_bctx *b, const kvq_buf *x) { return vk_whole(x ? x : b->dummy); }
 
 /* Workgroups a matvec should spread over: enough to fill a GPU's compute units
- * (not known through core Vulkan; 256 covers the large ones); a handful on a CPU device. */
-static uint32_t target_groups(const kvq_bctx *b) { return b->software ? 8 : 256; }
+ * (not known through core Vulkan; 256 covers the large ones); a handful on a CPU device.
+ * KVQ_VK_TARGET_GROUPS overrides it (tuning; counting a GPU's dispatches on lavapipe). */
+static uint32_t target_groups(const kvq_bctx *b) { return b->target_groups ? b->target_groups : b->software ? 8 : 256; }
 /* Code chunks each split at least takes on a GPU: the partial sums (8 bytes per row
  * and split, written and read) stay within a quarter of the code bytes (16 per chunk). */
 #define MIN_CHUNKS_PER_SPLIT 2
+#define PART_RING 4
 
 static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n) {
     int lut = w->nbits == 8;
@@ -35,29 +37,37 @@ static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int 
         const vk_piece *pc_ = &w->pieces[i];
         uint32_t gx = cdiv((size_t)pc_->rows, per_wg), chunks = (uint32_t)w->n_chunks;
         uint32_t nsplit = target_groups(b) / gx;
-        if (!b->software && nsplit > chunks / MIN_CHUNKS_PER_SPLIT) nsplit = chunks / MIN_CHUNKS_PER_SPLIT;
+        if (target_groups(b) > 8 && nsplit > chunks / MIN_CHUNKS_PER_SPLIT) nsplit = chunks / MIN_CHUNKS_PER_SPLIT;
         if (nsplit > chunks) nsplit = chunks;
         if (nsplit < 1) nsplit = 1;
         uint32_t cps = cdiv(chunks, nsplit);
         nsplit = cdiv(chunks, cps);
         kvq_buf *part = NULL;
+        vk_bind pb = {0};
         if (nsplit > 1) {
-            part = vk_scratch(b, 4, (size_t)nsplit * (size_t)n * (size_t)pc_->rows * sizeof(float));
+            /* partial sums in a ring of PART_RING matvecs' worth: consecutive matvecs (q, k, v)
+             * write different ranges, so none waits for the one before to be reduced */
+            size_t need = ((size_t)nsplit * (size_t)n * (size_t)pc_->rows * sizeof(float) + b->min_align - 1) &
+                          ~(size_t)(b->min_align - 1);
+            part = vk_scratch(b, 4, PART_RING * need);
             if (!part) return;
+            if (b->part_off + need > part->bytes) b->part_off = 0;
+            pb = (vk_bind){part->buf, b->part_off, need, need};
+            b->part_off += need;
             if (!red) red = vk_pipe_get(b, "mm_reduce", NULL, 0);
         }
         struct {
             uint32_t rows_p, row0, rows_total, cols, n_chunks, cps, flags, n;
         } pc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)w->cols,
                 chunks, cps, flags | (part ? 2u : 0u), (uint32_t)n};
-        vk_bind bind[6] = {vk_whole(pc_->buf), vk_whole(w->codebooks), x,
-                           part ? vk_whole(part) : y, vk_whole(w->scales), opt(b, w->bias)};
+        vk_bind bind[6] = {vk_whole(pc_->buf), vk_whole(w->codebooks), x, part ? pb : y, vk_whole(w->scales),
+                           opt(b, w->bias)};
         vk_dispatch(b, p, bind, 6, &pc, sizeof pc, gx, nsplit, 1);
         if (part) {
             struct {
                 uint32_t rows_p, row0, rows_total, n, nsplit, flags;
             } rc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)n, nsplit, flags};
-            vk_bind rb[6] = {vk_whole(part), vk_whole(b->dummy), vk_whole(b->dummy),
+            vk_bind rb[6] = {pb, vk_whole(b->dummy), vk_whole(b->dummy),
                              y, vk_whole(w->scales), opt(b, w->bias)};
             vk_dispatch(b, red, rb, 6, &rc, sizeof rc, cdiv((size_t)pc_->rows, 256), (uint32_t)n, 1);
         }

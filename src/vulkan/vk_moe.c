@@ -64,7 +64,8 @@ void kvq_vk_matmul_routed(kvq_bctx *b, const kvq_wt *const *w, int n_w, const kv
     vk_record_copy_regions(b, x, xs, reg, (uint32_t)n);
     for (int e = 0; e < n_w; e++)
         if (cnt[e])
-            kvq_vk_matmul_at(b, w[e], (vk_bind){xs->buf, xoff[e], VK_WHOLE_SIZE}, (vk_bind){ys->buf, yoff[e], VK_WHOLE_SIZE},
+            kvq_vk_matmul_at(b, w[e], (vk_bind){xs->buf, xoff[e], VK_WHOLE_SIZE, xs->bytes - xoff[e]},
+                             (vk_bind){ys->buf, yoff[e], VK_WHOLE_SIZE, ys->bytes - yoff[e]},
                              cnt[e]);
     for (int i = 0; i < n; i++) {
         int r = order[i], e = route[r];

@@ -1,0 +1,295 @@
+/* The Vulkan backend's recording and memory machinery, on whatever device starts
+ * (lavapipe in CI): barriers only where commands depend on each other, cached
+ * descriptor sets, the shaders' read/write sets from SPIR-V, the block allocator
+ * and its KVQ_VK_MAX_ALLOCS cap, the on-disk pipeline cache, and a lost device that
+ * stays lost. The per-token dispatch and barrier budget of a whole model is checked
+ * in test_vk_model_budget below. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "kvq.h"
+#include "testutil.h"
+#include "util.h"
+
+#ifdef KVQ_HAVE_VULKAN
+#include "vulkan/vk_internal.h"
+
+static const kvq_backend *be;
+
+static kvq_bctx *start(void) {
+    be = kvq_backend_find("vulkan");
+    kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
+    kvq_bctx *b = NULL;
+    if (!be || be->init(&o, &b) != KVQ_OK) return NULL;
+    return b;
+}
+
+static kvq_buf *filled(kvq_bctx *b, float v, int n) {
+    float *x = malloc(sizeof *x * (size_t)n);
+    for (int i = 0; i < n; i++) x[i] = v;
+    kvq_buf *buf = be->buf_new(b, sizeof *x * (size_t)n);
+    be->buf_write(b, buf, 0, x, sizeof *x * (size_t)n);
+    free(x);
+    return buf;
+}
+
+static float first(kvq_bctx *b, kvq_buf *x) {
+    float v = NAN;
+    assert_int_equal(be->buf_read(b, x, 0, &v, sizeof v), KVQ_OK);
+    return v;
+}
+
+/* add(a, x) and add(c, x) only read x: no barrier between them; add(a, c) reads what they
+ * wrote: one; add(x, a) overwrites what an earlier add read: one. Results as computed in order. */
+static void test_barriers(void **s) {
+    (void)s;
+    kvq_bctx *b = start();
+    if (!b) skip();
+    const int n = 1000;
+    kvq_buf *a = filled(b, 1, n), *c = filled(b, 2, n), *x = filled(b, 10, n), *y = filled(b, 0, n);
+    assert_int_equal(be->flush(b), KVQ_OK);
+    uint64_t b0 = b->count.barriers;
+    be->add(b, a, x, n); /* a = 11 */
+    be->add(b, c, x, n); /* c = 12 */
+    assert_true(b->count.barriers == b0);
+    be->add(b, a, c, n); /* a = 23: reads c */
+    assert_true(b->count.barriers == b0 + 1);
+    be->add(b, c, a, n); /* c = 35: reads a (written in this epoch) */
+    assert_true(b->count.barriers == b0 + 2);
+    uint64_t b1 = b->count.barriers;
+    be->add(b, y, x, n); /* y = 10: x is only read so far */
+    assert_true(b->count.barriers == b1);
+    be->add(b, x, y, n); /* x = 20: writes what the add before read and reads what it wrote */
+    assert_true(b->count.barriers == b1 + 1);
+    assert_true(first(b, a) == 23.0f);
+    assert_true(first(b, c) == 35.0f);
+    assert_true(first(b, x) == 20.0f);
+    be->buf_free(b, a), be->buf_free(b, c), be->buf_free(b, x), be->buf_free(b, y);
+    be->release(b);
+}
+
+/* The same dispatches again reuse their descriptor sets. */
+static void test_descriptor_cache(void **s) {
+    (void)s;
+    kvq_bctx *b = start();
+    if (!b) skip();
+    kvq_buf *a = filled(b, 1, 64), *x = filled(b, 1, 64);
+    be->add(b, a, x, 64);
+    be->scale(b, a, 64, 2.0f);
+    assert_true(first(b, a) == 4.0f);
+    uint64_t sets = b->count.dset_allocs;
+    for (int i = 0; i < 5; i++) {
+        be->add(b, a, x, 64);
+        be->scale(b, a, 64, 2.0f);
+        assert_int_equal(be->flush(b), KVQ_OK);
+    }
+    assert_true(b->count.dset_allocs == sets);
+    assert_true(first(b, a) == 190.0f); /* ((4+1)*2+1)*2 ... five times */
+    be->buf_free(b, a), be->buf_free(b, x);
+    be->release(b);
+}
+
+/* Which bindings each shader writes comes from its SPIR-V: add writes binding 0 and reads 1,
+ * the AQLM matvec reads 0-2 and 4-5 and writes 3. */
+static void test_reflection(void **s) {
+    (void)s;
+    kvq_bctx *b = start();
+    if (!b) skip();
+    const vk_pipe *p = vk_pipe_get(b, "add", NULL, 0);
+    assert_non_null(p);
+    assert_int_equal(p->writes, 0x1);
+    assert_int_equal(p->reads, 0x2);
+    uint32_t spec[3] = {2, 8, 1};
+    p = vk_pipe_get(b, "mm_lut", spec, 3);
+    assert_non_null(p);
+    assert_int_equal(p->writes, 0x8);
+    assert_int_equal(p->reads & 0x7, 0x7);
+    assert_true(vk_pipe_get(b, "add", NULL, 0) == vk_pipe_get(b, "add", NULL, 0));
+    be->release(b);
+}
+
+/* Many buffers share few allocations; freed space is reused; contents stay intact while
+ * neighbours come and go; everything is given back. */
+static void test_block_allocator(void **s) {
+    (void)s;
+    setenv("KVQ_VK_BLOCK_MAX", "1048576", 1);
+    kvq_bctx *b = start();
+    unsetenv("KVQ_VK_BLOCK_MAX");
+    if (!b) skip();
+    kvq_buf *probe = filled(b, 1, 16);
+    assert_true(first(b, probe) == 1.0f); /* the read-back buffer is made at the first read */
+    be->buf_free(b, probe);
+    int base = b->n_allocs;
+    enum { N = 64 };
+    kvq_buf *buf[N] = {0};
+    uint32_t rng = 7;
+    for (int round = 0; round < 6; round++)
+        for (int i = 0; i < N; i++) {
+            rng = rng * 1103515245u + 12345u;
+            if (buf[i] && (rng >> 16) % 3 == 0) {
+                float v = -1;
+                assert_int_equal(be->buf_read(b, buf[i], 0, &v, sizeof v), KVQ_OK);
+                assert_true(v == (float)i);
+                be->buf_free(b, buf[i]);
+                buf[i] = NULL;
+            } else if (!buf[i]) {
+                int n = 1000 + (int)((rng >> 8) % 30000);
+                buf[i] = filled(b, (float)i, n);
+                assert_non_null(buf[i]);
+            }
+        }
+    assert_int_equal(be->flush(b), KVQ_OK);
+    print_message("%d buffers in %d allocations\n", N, b->n_allocs - base);
+    assert_true(b->n_allocs - base <= 12); /* ~64 x 60 KB in 1 MiB blocks */
+    for (int i = 0; i < N; i++) {
+        if (!buf[i]) continue;
+        float v = -1;
+        assert_int_equal(be->buf_read(b, buf[i], 0, &v, sizeof v), KVQ_OK);
+        assert_true(v == (float)i);
+        be->buf_free(b, buf[i]);
+    }
+    assert_int_equal(b->n_allocs, base);
+    be->release(b);
+}
+
+/* KVQ_VK_MAX_ALLOCS: past the cap an allocation fails with a line naming it. */
+static void test_alloc_cap(void **s) {
+    (void)s;
+    setenv("KVQ_VK_BLOCK_MAX", "65536", 1);
+    setenv("KVQ_VK_MAX_ALLOCS", "6", 1);
+    kvq_bctx *b = start();
+    unsetenv("KVQ_VK_BLOCK_MAX");
+    unsetenv("KVQ_VK_MAX_ALLOCS");
+    if (!b) skip();
+    kvq_buf *buf[16] = {0};
+    int made = 0;
+    for (; made < 16; made++)
+        if (!(buf[made] = be->buf_new(b, 60000))) break;
+    print_message("%d buffers, then: %s (%d allocations, cap %d)\n", made, kvq_last_error(), b->n_allocs, b->max_allocs);
+    assert_true(made < 16);
+    assert_int_equal(b->n_allocs, 6);
+    assert_non_null(strstr(kvq_last_error(), "KVQ_VK_MAX_ALLOCS=6"));
+    for (int i = 0; i < made; i++) be->buf_free(b, buf[i]);
+    be->release(b);
+}
+
+/* The pipeline cache file is written at close, read at the next start, and a damaged one
+ * is ignored. */
+static void test_pipeline_cache(void **s) {
+    (void)s;
+    char path[] = "/tmp/kvq-pcache-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    remove(path);
+    setenv("KVQ_VK_PIPELINE_CACHE", path, 1);
+    kvq_bctx *b = start();
+    if (!b) {
+        unsetenv("KVQ_VK_PIPELINE_CACHE");
+        skip();
+    }
+    kvq_buf *a = filled(b, 1, 64);
+    be->scale(b, a, 64, 3.0f);
+    assert_true(first(b, a) == 3.0f);
+    be->buf_free(b, a);
+    be->release(b);
+    char *data = NULL;
+    size_t n = 0;
+    assert_int_equal(kvq_read_file(path, &data, &n), KVQ_OK);
+    assert_true(n >= 32);
+    free(data);
+    for (int pass = 0; pass < 2; pass++) { /* as written, then damaged */
+        if (pass == 1) {
+            FILE *f = fopen(path, "r+b");
+            assert_non_null(f);
+            fseek(f, 40, SEEK_SET);
+            for (int i = 0; i < 64; i++) fputc(0x5a, f);
+            fclose(f);
+        }
+        b = start();
+        assert_non_null(b);
+        a = filled(b, 1, 64);
+        be->scale(b, a, 64, 3.0f);
+        assert_true(first(b, a) == 3.0f);
+        be->buf_free(b, a);
+        be->release(b);
+    }
+    unsetenv("KVQ_VK_PIPELINE_CACHE");
+    remove(path);
+}
+
+/* A lost device (simulated at the third wait) is reported at that read and at every call
+ * after it, without submitting again or hanging; closing still works. */
+static void test_device_lost_sticky(void **s) {
+    (void)s;
+    setenv("KVQ_VK_FAIL_AFTER", "2", 1);
+    kvq_bctx *b = start();
+    unsetenv("KVQ_VK_FAIL_AFTER");
+    if (!b) skip();
+    kvq_buf *a = filled(b, 1, 64), *x = filled(b, 1, 64);
+    assert_int_equal(be->flush(b), KVQ_OK); /* the first wait */
+    be->add(b, a, x, 64);
+    float v;
+    kvq_status st = be->buf_read(b, a, 0, &v, sizeof v);
+    if (st == KVQ_OK) st = be->buf_read(b, a, 0, &v, sizeof v);
+    assert_int_not_equal(st, KVQ_OK);
+    assert_non_null(strstr(kvq_last_error(), "device lost"));
+    uint64_t submits = b->count.submits;
+    for (int i = 0; i < 3; i++) {
+        be->add(b, a, x, 64);
+        assert_int_not_equal(be->buf_read(b, a, 0, &v, sizeof v), KVQ_OK);
+        assert_non_null(strstr(kvq_last_error(), "device lost"));
+    }
+    assert_true(b->count.submits == submits);
+    be->buf_free(b, a), be->buf_free(b, x);
+    be->release(b);
+}
+
+/* A decode step of the demo model on Vulkan stays within its command budget: dispatches and
+ * barriers per layer (the README lists the 7B figures). */
+static void test_vk_model_budget(void **s) {
+    (void)s;
+    if (!tu_backend_starts("vulkan")) skip();
+    const char *dir = KVQ_SOURCE_DIR "/models/demo";
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = "vulkan";
+    kvq_model *m;
+    assert_int_equal(kvq_model_load(dir, &mp, &m), KVQ_OK);
+    kvq_context *c;
+    assert_int_equal(kvq_context_new(m, NULL, &c), KVQ_OK);
+    int32_t ids[4] = {1, 2, 3, 4};
+    assert_int_equal(kvq_eval(c, ids, 4), KVQ_OK);
+    kvq_backend_stats s0, s1;
+    kvq_model_backend_stats(m, &s0);
+    for (int i = 0; i < 4; i++) assert_int_equal(kvq_eval(c, &ids[i], 1), KVQ_OK);
+    kvq_model_backend_stats(m, &s1);
+    double disp = (double)(s1.dispatches - s0.dispatches) / 4, bar = (double)(s1.barriers - s0.barriers) / 4;
+    int L = 4; /* the demo model's layers */
+    print_message("per decode token: %.1f dispatches, %.1f barriers, %.1f submits, %d allocations\n", disp, bar,
+                  (double)(s1.submits - s0.submits) / 4, s1.allocs);
+    assert_true(disp <= 24.0 * L + 8);
+    assert_true(bar <= 0.85 * disp);
+    assert_true(s1.allocs <= 8);
+    kvq_context_free(c);
+    kvq_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_barriers),          cmocka_unit_test(test_descriptor_cache),
+        cmocka_unit_test(test_reflection),        cmocka_unit_test(test_block_allocator),
+        cmocka_unit_test(test_alloc_cap),         cmocka_unit_test(test_pipeline_cache),
+        cmocka_unit_test(test_device_lost_sticky), cmocka_unit_test(test_vk_model_budget),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+#else
+int main(void) {
+    printf("[ SKIPPED  ] built without Vulkan\n");
+    return 0;
+}
+#endif

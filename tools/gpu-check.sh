@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The GPU check in one go (issue 18 §4): build (Release, Vulkan on), run the Vulkan
+# tests, then measure on the first GPU and print one summary at the end:
+#   device and driver, copy bandwidth, AQLM 2x8 / 1x16 matvecs at 4096x14336 and
+#   14336x4096 (ms, share of bandwidth), q8 / q4 attention at 8k, synthetic
+#   Llama-2-7B 2x8 and 1x16 decode with all layers and with half of them on the GPU
+#   (tok/s, share of the bound, dispatches and barriers per token), and the per-op
+#   profile of a 7B decode step.
+# Exits non-zero at the first failure. Meant to finish in under 8 minutes on a GPU
+# machine with 16 cores (the synthetic checkpoints take ~5 GB under $TMPDIR).
+#
+#   tools/gpu-check.sh                 # from the repository root
+#   tools/gpu-check.sh --quick         # small shapes and the demo model: checks the script
+#                                      # itself on any device (KVQ_VK_DEVICE=llvmpipe for lavapipe)
+# BUILD_DIR (default build-gpu) is where it builds; SKIP_BUILD=1 reuses a build there.
+set -euo pipefail
+
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+build=${BUILD_DIR:-build-gpu}
+jobs=$(nproc 2>/dev/null || echo 4)
+summary=$(mktemp)
+log=$(mktemp)
+trap 'rm -f "$summary" "$log"' EXIT
+t0=$(date +%s)
+
+say() { echo "$*" | tee -a "$summary"; }
+die() { echo "gpu-check: $*" >&2; exit 1; }
+# runs a command, keeping its output in $log; shows the log's end and stops on failure
+step() {
+    echo "== $*" >&2
+    if ! "$@" >"$log" 2>&1; then
+        tail -n 60 "$log" >&2
+        die "failed: $*"
+    fi
+}
+
+for tool in cmake glslangValidator; do
+    command -v "$tool" >/dev/null || die "$tool not found (packages: cmake glslang-tools)"
+done
+ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' || [ -n "${LD_LIBRARY_PATH:-}" ] ||
+    die "no Vulkan loader (libvulkan.so.1) on this machine"
+
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    step cmake -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVQ_VULKAN=ON
+    step cmake --build "$build" -j "$jobs"
+fi
+bench=$build/kvq-bench
+[ -x "$bench" ] || die "$bench was not built"
+
+# The Vulkan tests (on the best device: the GPU when there is one).
+step ctest --test-dir "$build" -j "$jobs" --output-on-failure -R 'backend_|vulkan|_vk|offload'
+say "vulkan tests: passed ($(grep -Eo '[0-9]+ tests? failed out of [0-9]+' "$log" | sed 's/.* out of /out of /' || true))"
+
+if [ $quick = 1 ]; then
+    shapes="256x1024 1024x256"
+    ctx=1024
+    model=(-m models/demo)
+    half=2
+else
+    shapes="4096x14336 14336x4096"
+    ctx=8192
+    model=(--synthetic llama2-7b)
+    half=16
+fi
+
+# Device, driver and copy bandwidth come with the matvec bench.
+first=1
+for shape in $shapes; do
+    r=${shape%x*} c=${shape#*x}
+    step "$bench" aqlm --backend vulkan --rows "$r" --cols "$c" -n 0
+    if [ $first = 1 ]; then
+        say "device: $(grep -m1 -E '^vulkan:' "$log" || head -n1 "$log")"
+        say "$(grep -m1 -E '^device bandwidth' "$log")"
+        first=0
+    fi
+    grep -E '^vk_aqlm ' "$log" | tee -a "$summary"
+done
+
+step "$bench" attn --backend vulkan --ctx "$ctx" --reps 3
+say "attention, decode of one token at ctx $ctx (ms per layer and per 32-layer token, share of bandwidth):"
+grep -E "^(llama|[a-z0-9-]+) +$ctx " "$log" | tee -a "$summary" || true
+
+for scheme in 2x8 1x16; do
+    sch=()
+    [ $quick = 1 ] || sch=(--scheme "$scheme")
+    for ngl in all "$half"; do
+        step "$bench" model "${model[@]}" "${sch[@]}" --backend vulkan -ngl "$ngl" -p 128 -n 32 -ctk q4 -ctv q4
+        say "model $scheme -ngl $ngl: $(grep -m1 -E '^plan:' "$log" || true)"
+        say "  $(grep -E '^decode ' "$log")"
+        say "  $(tail -n 1 "$log")"
+    done
+    [ $quick = 1 ] && break # the demo model has one scheme
+done
+
+sch=()
+[ $quick = 1 ] || sch=(--scheme 2x8)
+step "$bench" model "${model[@]}" "${sch[@]}" --backend vulkan -p 16 -n 8 --profile
+say "per-op profile of a decode step (2x8, each command alone):"
+sed -n '/^profile of/,/^model:/p' "$log" | grep '^op=' | tee -a "$summary"
+
+echo
+echo "==== kvq GPU check summary ($(( $(date +%s) - t0 )) s) ===="
+cat "$summary"
