@@ -37,6 +37,7 @@
 
 typedef struct vk_block vk_block; /* one device allocation holding many buffers (vk_alloc.c) */
 typedef struct vk_dset vk_dset;   /* a cached descriptor set (vk_record.c) */
+typedef struct vk_deferred vk_deferred; /* a dispatch held back (vk_record.c) */
 
 /* A device buffer (activations, weights, KV cache). Device-local unless made
  * host-visible for staging. */
@@ -130,6 +131,8 @@ struct kvq_bctx {
     VkPipelineLayout layout;
     VkDescriptorPool dpool;
     vk_dset *dsets;               /* open-addressing table of cached sets */
+    vk_deferred *defer;           /* dispatches held back (vk_dispatch_later) */
+    int n_defer;
     int n_dsets;
     VkQueryPool qpool;            /* two timestamps around each wait, when supported */
     uint32_t ts_bits;             /* timestampValidBits of the queue family */
@@ -224,6 +227,15 @@ vk_bind vk_stage(kvq_bctx *b, const void *src, size_t n);
  * checked against the limits. */
 void vk_dispatch(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int n_bind, const void *pc,
                  uint32_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
+/* Holds a dispatch back until the next command that is not recorded with vk_dispatch_beside or
+ * that touches what it touches (a matvec's reduce, so the q, k and v matvecs run side by side
+ * and their reduces side by side after one barrier). */
+void vk_dispatch_later(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int n_bind, const void *pc,
+                       uint32_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
+/* Records a dispatch without first running the held-back ones, unless it depends on them. */
+void vk_dispatch_beside(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int n_bind, const void *pc,
+                        uint32_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
+void vk_flush_deferred(kvq_bctx *b);
 /* Submits the recorded work and waits for everything submitted; returns (and clears) the
  * first error. */
 kvq_status vk_submit(kvq_bctx *b);

@@ -62,14 +62,15 @@ static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int 
                 chunks, cps, flags | (part ? 2u : 0u), (uint32_t)n};
         vk_bind bind[6] = {vk_whole(pc_->buf), vk_whole(w->codebooks), x, part ? pb : y, vk_whole(w->scales),
                            opt(b, w->bias)};
-        vk_dispatch(b, p, bind, 6, &pc, sizeof pc, gx, nsplit, 1);
+        /* beside the reduces held back from the matvecs before it (q, k, v share their input) */
+        vk_dispatch_beside(b, p, bind, 6, &pc, sizeof pc, gx, nsplit, 1);
         if (part) {
             struct {
                 uint32_t rows_p, row0, rows_total, n, nsplit, flags;
             } rc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)n, nsplit, flags};
             vk_bind rb[6] = {pb, vk_whole(b->dummy), vk_whole(b->dummy),
                              y, vk_whole(w->scales), opt(b, w->bias)};
-            vk_dispatch(b, red, rb, 6, &rc, sizeof rc, cdiv((size_t)pc_->rows, 256), (uint32_t)n, 1);
+            vk_dispatch_later(b, red, rb, 6, &rc, sizeof rc, cdiv((size_t)pc_->rows, 256), (uint32_t)n, 1);
         }
     }
 }
@@ -149,6 +150,7 @@ void kvq_vk_get_rows(kvq_bctx *b, const kvq_wt *w, const int32_t *ids, int n, kv
             uint32_t rows_p, row0, cols, stride, n;
         } pc = {(uint32_t)pp->rows, (uint32_t)pp->row0, (uint32_t)w->cols, (uint32_t)w->stride, (uint32_t)n};
         vk_bind bind[5] = {vk_whole(pp->buf), opt(b, w->codebooks), idb, vk_whole(out), opt(b, w->scales)};
+        bind[0].bytes = (VkDeviceSize)n * (pp->buf->bytes / (size_t)pp->rows); /* the profile: rows read, not the table */
         vk_dispatch(b, p, bind, 5, &pc, sizeof pc, cdiv(cdiv((size_t)w->cols, 8), 64), (uint32_t)n, 1);
     }
 }

@@ -20,6 +20,8 @@
 #define DSET_MAX 6144           /* sets before the pool is reset (at the next idle point) */
 #define FENCE_TIMEOUT_NS (600ull * 1000 * 1000 * 1000)
 
+#define VK_DEFER 4 /* deferred dispatches held at once */
+
 struct vk_dset {
     uint64_t h;
     VkDescriptorSet ds;
@@ -156,7 +158,9 @@ static void submit_piece(kvq_bctx *b) {
 }
 
 void vk_finish(kvq_bctx *b) {
+    if (b->n_defer && !b->dead) vk_flush_deferred(b);
     if (b->dead || !vk_busy(b)) {
+        b->n_defer = 0;
         if (b->dead && b->recording) { /* recorded after the loss: never submitted */
             b->recording = 0;
             vkResetCommandBuffer(b->cmd, 0);
@@ -279,6 +283,10 @@ vk_bind vk_stage(kvq_bctx *b, const void *src, size_t n) {
 }
 
 static void copy_cmd(kvq_bctx *b, VkBuffer src, VkBuffer dst, const VkBufferCopy *reg, uint32_t n) {
+    if (b->n_defer) { /* commands keep their order past a copy */
+        vk_flush_deferred(b);
+        if (!b->recording && !begin(b)) return;
+    }
     vk_range rd[16] = {{0}}, wr[16] = {{0}};
     uint32_t k = n < 16 ? n : 16;
     for (uint32_t i = 0; i < k; i++) {
@@ -355,8 +363,8 @@ kvq_status vk_upload_now(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src,
 
 /* ---- dispatch ---- */
 
-void vk_dispatch(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int n_bind, const void *pc, uint32_t pc_bytes,
-                 uint32_t gx, uint32_t gy, uint32_t gz) {
+static void record_dispatch(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int n_bind, const void *pc,
+                            uint32_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
     if (!p || gx == 0 || gy == 0 || gz == 0) return;
     if (gx > b->max_groups[0] || gy > b->max_groups[1] || gz > b->max_groups[2] || n_bind > VK_MAX_BINDINGS ||
         pc_bytes > VK_PC_BYTES) {
@@ -394,6 +402,70 @@ void vk_dispatch(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int n_bind,
     if (++b->piece >= VK_PIECE) submit_piece(b);
 }
 
+/* Deferred dispatches (a matvec's reduce) run before any other command, except the
+ * dispatches recorded with vk_dispatch_beside that touch nothing they touch. */
+struct vk_deferred {
+    const vk_pipe *p;
+    vk_bind bind[VK_MAX_BINDINGS];
+    int n_bind;
+    uint8_t pc[VK_PC_BYTES];
+    uint32_t pc_bytes, g[3];
+};
+
+void vk_flush_deferred(kvq_bctx *b) {
+    int n = b->n_defer;
+    b->n_defer = 0; /* a dispatch below may wait (descriptor pool full), which flushes again */
+    for (int i = 0; i < n; i++) {
+        const vk_deferred *d = &b->defer[i];
+        record_dispatch(b, d->p, d->bind, d->n_bind, d->pc, d->pc_bytes, d->g[0], d->g[1], d->g[2]);
+    }
+}
+
+void vk_dispatch(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int n_bind, const void *pc, uint32_t pc_bytes,
+                 uint32_t gx, uint32_t gy, uint32_t gz) {
+    vk_flush_deferred(b);
+    record_dispatch(b, p, bind, n_bind, pc, pc_bytes, gx, gy, gz);
+}
+
+void vk_dispatch_later(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int n_bind, const void *pc,
+                       uint32_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
+    if (!p || n_bind > VK_MAX_BINDINGS || pc_bytes > VK_PC_BYTES) {
+        vk_dispatch(b, p, bind, n_bind, pc, pc_bytes, gx, gy, gz); /* reports what is wrong */
+        return;
+    }
+    if (b->n_defer == VK_DEFER) vk_flush_deferred(b);
+    vk_deferred *d = &b->defer[b->n_defer++];
+    d->p = p, d->n_bind = n_bind, d->pc_bytes = pc_bytes, d->g[0] = gx, d->g[1] = gy, d->g[2] = gz;
+    memcpy(d->bind, bind, sizeof *bind * (size_t)n_bind);
+    if (pc_bytes) memcpy(d->pc, pc, pc_bytes);
+}
+
+/* 1 when a dispatch of p over bind reads what q over qb writes or writes what it touches. */
+static int conflicts(const vk_pipe *p, const vk_bind *bind, int n_bind, const vk_pipe *q, const vk_bind *qb, int qn) {
+    for (int i = 0; i < n_bind; i++) {
+        int pw = p->writes >> i & 1, pr = p->reads >> i & 1;
+        if (!pw && !pr) continue;
+        vk_range a = range_of(bind[i].buf, bind[i].off, bind[i].range ? bind[i].range : VK_WHOLE_SIZE);
+        for (int j = 0; j < qn; j++) {
+            int qw = q->writes >> j & 1, qr = q->reads >> j & 1;
+            if (!((pw && (qw || qr)) || (pr && qw))) continue;
+            vk_range c = range_of(qb[j].buf, qb[j].off, qb[j].range ? qb[j].range : VK_WHOLE_SIZE);
+            if (a.buf == c.buf && a.lo < c.hi && c.lo < a.hi) return 1;
+        }
+    }
+    return 0;
+}
+
+void vk_dispatch_beside(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int n_bind, const void *pc,
+                        uint32_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
+    for (int i = 0; p && i < b->n_defer; i++)
+        if (conflicts(p, bind, n_bind, b->defer[i].p, b->defer[i].bind, b->defer[i].n_bind)) {
+            vk_flush_deferred(b);
+            break;
+        }
+    record_dispatch(b, p, bind, n_bind, pc, pc_bytes, gx, gy, gz);
+}
+
 /* ---- set up ---- */
 
 kvq_status vk_record_init(kvq_bctx *b) {
@@ -423,7 +495,8 @@ kvq_status vk_record_init(kvq_bctx *b) {
                                       .poolSizeCount = 1, .pPoolSizes = &ps};
     if ((r = vkCreateDescriptorPool(b->dev, &dpi, NULL, &b->dpool))) goto fail;
     b->dsets = calloc(DSET_SLOTS, sizeof *b->dsets);
-    if (!b->dsets) return kvq_fail(KVQ_ERR_NOMEM, "vulkan: out of memory");
+    b->defer = calloc(VK_DEFER, sizeof *b->defer);
+    if (!b->dsets || !b->defer) return kvq_fail(KVQ_ERR_NOMEM, "vulkan: out of memory");
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(b->phys, &nq, NULL);
     VkQueueFamilyProperties qf[32];
@@ -453,6 +526,9 @@ void vk_record_close(kvq_bctx *b) {
     if (!b->dead) vk_finish(b);
     free(b->dsets);
     b->dsets = NULL;
+    free(b->defer);
+    b->defer = NULL;
+    b->n_defer = 0;
     vk_prof_close(b);
     if (b->qpool) vkDestroyQueryPool(b->dev, b->qpool, NULL);
     if (b->dpool) vkDestroyDescriptorPool(b->dev, b->dpool, NULL);

@@ -72,7 +72,8 @@ int kvq_vk_weight_supported(kvq_bctx *b, const kvq_weight_desc *d) {
 
 void kvq_vk_weight_free(kvq_bctx *b, kvq_wt *w) {
     if (!w) return;
-    for (int i = 0; i < w->n_pieces; i++) vk_buf_free(b, w->pieces[i].buf);
+    for (int i = 0; i < w->n_pieces; i++)
+        if (w->pieces[i].buf != w->vec) vk_buf_free(b, w->pieces[i].buf); /* norm gains share it */
     free(w->pieces);
     vk_buf_free(b, w->codebooks);
     vk_buf_free(b, w->scales);
@@ -218,6 +219,21 @@ kvq_wt *kvq_vk_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
         w->ig = d->in_group;
         w->cs = d->nbits > 8 ? 2 : 1;
         w->n_chunks = (int)(row_bytes(d) / 16);
+    }
+    if (d->fmt != KVQ_W_AQLM && !d->bias && small_dense(d) && d->cols % ROW_PAD == 0 &&
+        (size_t)d->rows * d->cols * 4 <= b->max_buffer) {
+        /* norm gains: one f32 copy serves the norms (vec) and any matmul (as f32 rows) */
+        size_t count = (size_t)d->rows * d->cols;
+        w->pieces = calloc(1, sizeof *w->pieces);
+        if (!w->pieces || !(w->vec = f32_buf(b, d, "f32 copy", d->fmt, d->data, count))) {
+            kvq_vk_weight_free(b, w);
+            return NULL;
+        }
+        w->fmt = KVQ_W_F32;
+        w->n_pieces = 1;
+        w->pieces[0] = (vk_piece){w->vec, 0, d->rows};
+        w->bytes = count * 4;
+        return w;
     }
     size_t rb = row_bytes(d), per = b->max_buffer / rb;
     if (per > MAX_PIECE_ROWS) per = MAX_PIECE_ROWS;
