@@ -164,6 +164,11 @@ typedef struct kvq_backend {
     /* Optional: device time per op kind since the last call, one "op=<kind> calls=<n> ms=<x>
      * gbs=<x>" line each ("" when not profiling); out NULL just resets. NULL: no profile. */
     void (*profile)(kvq_bctx *b, char *out, size_t size);
+    /* Optional: memory bandwidth this backend streams at, measured now (GB/s; < 0 when it
+     * cannot tell). NULL: not measured. */
+    double (*bandwidth_gbs)(kvq_bctx *b);
+    /* Optional: 1 when the device's memory is the host's (an integrated GPU). NULL: 0. */
+    int (*shares_host_memory)(kvq_bctx *b);
 } kvq_backend;
 
 /* Registry (backend.c): backends compiled into this build, best first. */

@@ -278,8 +278,32 @@ static void test_vk_model_budget(void **s) {
     kvq_model_free(m);
 }
 
+/* -ngl auto on a GPU that shares the host's memory (lavapipe, told it does) decides by the two
+ * bandwidths it measured: layers on the GPU only when it streams faster than the CPU. */
+static void test_shared_memory_gate(void **s) {
+    (void)s;
+    if (!tu_backend_starts("vulkan")) skip();
+    setenv("KVQ_VK_SHARED_MEMORY", "1", 1);
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = "vulkan";
+    mp.n_gpu_layers = KVQ_GPU_LAYERS_AUTO;
+    kvq_model *m;
+    kvq_status st = kvq_model_load(KVQ_SOURCE_DIR "/models/demo", &mp, &m);
+    unsetenv("KVQ_VK_SHARED_MEMORY");
+    assert_int_equal(st, KVQ_OK);
+    const char *plan = kvq_model_plan(m), *note = strstr(plan, "shared-memory GPU streams ");
+    print_message("%s\n", plan);
+    assert_non_null(note);
+    double g = 0, c = 0;
+    assert_int_equal(sscanf(note, "shared-memory GPU streams %lf GB/s, the CPU %lf GB/s", &g, &c), 2);
+    if (g < c) assert_int_equal(kvq_model_gpu_layers(m), 0);
+    else assert_int_equal(kvq_model_gpu_layers(m), 4);
+    kvq_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shared_memory_gate),
         cmocka_unit_test(test_barriers),          cmocka_unit_test(test_descriptor_cache),
         cmocka_unit_test(test_reflection),        cmocka_unit_test(test_block_allocator),
         cmocka_unit_test(test_alloc_cap),         cmocka_unit_test(test_pipeline_cache),

@@ -341,6 +341,8 @@ static void cpu_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq
         cpu_error(b, KVQ_ERR_NOMEM, "cpu backend: out of memory for attention scratch");
 }
 
+static double cpu_bandwidth(kvq_bctx *b) { return kvq_cpu_read_bw_gbs((size_t)256 << 20, b->n_threads, 3); }
+
 const kvq_backend kvq_backend_cpu = {
     .name = "cpu",
     .weights_in_place = 1,
@@ -375,4 +377,5 @@ const kvq_backend kvq_backend_cpu = {
     .attention = cpu_attention,
     .flush = NULL,
     .device_ms = NULL,
+    .bandwidth_gbs = cpu_bandwidth,
 };

@@ -100,6 +100,24 @@ static int auto_gpu_layers(const kvq_model *m, const kvq_model_params *p, int *e
     return n;
 }
 
+/* A GPU that shares the host's memory (integrated) has no memory of its own to win: it is worth
+ * layers only when it streams that memory faster than the cores do. Both measured now; 1 when the
+ * CPU alone should run the model (the plan note says why either way). */
+static int shared_memory_gate(kvq_model *m, const kvq_model_params *p) {
+    if (!m->be->shares_host_memory || !m->be->shares_host_memory(m->bctx) || !m->be->bandwidth_gbs) return 0;
+    const kvq_backend *cpu = kvq_backend_find("cpu");
+    kvq_bctx *cb = NULL;
+    kvq_backend_opts o = {.n_threads = p->n_threads};
+    if (!cpu || !cpu->bandwidth_gbs || cpu->init(&o, &cb)) return 0;
+    double g = m->be->bandwidth_gbs(m->bctx), c = cpu->bandwidth_gbs(cb);
+    cpu->release(cb);
+    kvq_clear_error();
+    int cpu_wins = g <= 0 || (c > 0 && g < c);
+    snprintf(m->plan_note, sizeof m->plan_note, " (auto: shared-memory GPU streams %.1f GB/s, the CPU %.1f GB/s: %s)", g,
+             c, cpu_wins ? "the CPU alone" : "the GPU");
+    return cpu_wins;
+}
+
 static kvq_status plan_devices(kvq_model *m, const kvq_model_params *p) {
     int n = p->n_gpu_layers, L = m->hp.n_layer;
     m->n_dev = 1;
@@ -110,6 +128,7 @@ static kvq_status plan_devices(kvq_model *m, const kvq_model_params *p) {
         if (m->be->mem_budget)
             snprintf(m->plan_note, sizeof m->plan_note, " (auto: %.1f MiB free on the device)",
                      (double)m->be->mem_budget(m->bctx) / (1 << 20));
+        if (n > 0 && shared_memory_gate(m, p)) n = 0;
     }
     /* every layer on the GPU, and the embedding table too unless it alone does not fit there */
     if (!strcmp(m->be->name, "cpu") || n < 0 || (n >= L && embed_fits)) return KVQ_OK;

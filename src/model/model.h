@@ -54,7 +54,7 @@ struct kvq_model {
     kvq_st st;           /* the checkpoint, mapped for the model's lifetime: weights may be used in place */
     char desc[256];
     char plan[320];
-    char plan_note[64]; /* how -ngl auto chose, "" otherwise */
+    char plan_note[128]; /* how -ngl auto chose, "" otherwise */
     char backend_note[512]; /* why auto selection passed over a backend ("" if it did not) */
 };
 

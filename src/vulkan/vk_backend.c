@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "util.h"
+#include "vulkan/vk_bench.h"
 #include "vulkan/vk_weights.h"
 
 static const char *type_name(VkPhysicalDeviceType t) {
@@ -70,6 +71,16 @@ static kvq_status vkb_buf_read(kvq_bctx *b, const kvq_buf *src, size_t off, void
 
 static kvq_status vkb_flush(kvq_bctx *b) { return vk_submit(b); }
 static double vkb_device_ms(kvq_bctx *b) { return b->last_ms; }
+
+/* 256 MiB copies (past any GPU's cache), best of 3. */
+static double vkb_bandwidth(kvq_bctx *b) { return kvq_vk_bandwidth_gbs(b, (size_t)256 << 20, 3); }
+
+/* An integrated GPU, or KVQ_VK_SHARED_MEMORY=1 (tests treat lavapipe as one). */
+static int vkb_shares_host_memory(kvq_bctx *b) {
+    const char *env = getenv("KVQ_VK_SHARED_MEMORY");
+    if (env && *env) return !strcmp(env, "1");
+    return b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU;
+}
 
 static int vkb_plan_allocs(kvq_bctx *b, const size_t *sizes, int n) { return vk_alloc_plan(b, sizes, n); }
 
@@ -239,4 +250,6 @@ const kvq_backend kvq_backend_vulkan = {
     .stats = vkb_stats,
     .plan_allocs = vkb_plan_allocs,
     .profile = vk_prof_report,
+    .bandwidth_gbs = vkb_bandwidth,
+    .shares_host_memory = vkb_shares_host_memory,
 };
