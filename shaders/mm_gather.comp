@@ -22,15 +22,19 @@ const uint QW = IG / 8;  // uvec4 per codeword
 layout(std430, binding = 0) readonly buffer Codes { uvec4 codes[]; };
 layout(std430, binding = 1) readonly buffer Cb { uvec4 cb[]; };
 layout(std430, binding = 2) readonly buffer X { float x[]; };
-layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, binding = 3) coherent buffer Y { float y[]; }; // rows, or the partial sums
 layout(std430, binding = 4) readonly buffer S { float scales[]; };
 layout(std430, binding = 5) readonly buffer B { float bias[]; };
+layout(std430, binding = 6) writeonly buffer YF { float yf[]; };  // rows, when the last workgroup reduces
+layout(std430, binding = 7) coherent buffer Cnt { uint cnt[]; }; // workgroups done per row block
 
 layout(push_constant) uniform PC {
     uint rows_p, row0, rows_total, cols, n_chunks, chunks_per_split, flags, n;
 } pc;
 
 shared vec4 xs[NT * CW / 4];
+
+shared uint last_wg;
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
@@ -73,17 +77,5 @@ void main() {
             }
         }
     }
-    [[unroll]] for (uint j = 0u; j < RPT; j++) {
-        uint r = rbase + j * 256u;
-        if (r >= pc.rows_p) continue;
-        if ((pc.flags & 2u) != 0u) {
-            [[unroll]] for (uint t = 0u; t < NT; t++)
-                if (t < pc.n) y[(gl_WorkGroupID.y * pc.n + t) * pc.rows_p + r] = acc[j * NT + t];
-        } else {
-            float sc = scales[pc.row0 + r];
-            float bv = (pc.flags & 1u) != 0u ? bias[pc.row0 + r] : 0.0;
-            [[unroll]] for (uint t = 0u; t < NT; t++)
-                if (t < pc.n) y[t * pc.rows_total + pc.row0 + r] = acc[j * NT + t] * sc + bv;
-        }
-    }
+#include "mm_store.glsl"
 }

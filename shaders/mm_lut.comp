@@ -8,8 +8,8 @@
 // (invocation c owns codeword c of every codebook, kept in registers for the whole
 // dispatch) and sums 16 table entries per row. Codes are read as one uvec4 per row
 // and chunk, consecutive rows by consecutive invocations.
-// Output: final rows (scale, bias) or, split over chunks, raw partial sums that
-// mm_reduce.comp adds up.
+// Output (mm_store.glsl): final rows, or split over chunks partial sums that the
+// last workgroup (or mm_reduce.comp) adds up.
 #include "mm_common.glsl"
 
 layout(local_size_x = 256) in;
@@ -25,16 +25,20 @@ const uint HW = IG / 2;        // uint words per codeword
 layout(std430, binding = 0) readonly buffer Codes { uvec4 codes[]; };
 layout(std430, binding = 1) readonly buffer Cb { uint cb[]; };
 layout(std430, binding = 2) readonly buffer X { float x[]; };
-layout(std430, binding = 3) writeonly buffer Y { float y[]; };
+layout(std430, binding = 3) coherent buffer Y { float y[]; }; // rows, or the partial sums
 layout(std430, binding = 4) readonly buffer S { float scales[]; };
 layout(std430, binding = 5) readonly buffer B { float bias[]; };
+layout(std430, binding = 6) writeonly buffer YF { float yf[]; };  // rows, when the last workgroup reduces
+layout(std430, binding = 7) coherent buffer Cnt { uint cnt[]; }; // workgroups done per row block
 
 layout(push_constant) uniform PC {
-    uint rows_p, row0, rows_total, cols, n_chunks, chunks_per_split, flags, n; // flags: bit0 bias, bit1 partial
+    uint rows_p, row0, rows_total, cols, n_chunks, chunks_per_split, flags, n; // flags: bit0 bias, bit1 partial, bit2 last workgroup reduces
 } pc;
 
 shared float lut[16 * 256];
 shared float xs[NT * CW];
+
+shared uint last_wg;
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
@@ -80,17 +84,5 @@ void main() {
             }
         }
     }
-    [[unroll]] for (uint j = 0u; j < RPT; j++) {
-        uint r = rbase + j * 256u;
-        if (r >= pc.rows_p) continue;
-        if ((pc.flags & 2u) != 0u) {
-            [[unroll]] for (uint t = 0u; t < NT; t++)
-                if (t < pc.n) y[(gl_WorkGroupID.y * pc.n + t) * pc.rows_p + r] = acc[j * NT + t];
-        } else {
-            float sc = scales[pc.row0 + r];
-            float bv = (pc.flags & 1u) != 0u ? bias[pc.row0 + r] : 0.0;
-            [[unroll]] for (uint t = 0u; t < NT; t++)
-                if (t < pc.n) y[t * pc.rows_total + pc.row0 + r] = acc[j * NT + t] * sc + bv;
-        }
-    }
+#include "mm_store.glsl"
 }

@@ -24,9 +24,13 @@ static kvq_status vkb_init(const kvq_backend_opts *o, kvq_bctx **out) {
     if (s) return s;
     kvq_bctx *b = *out;
     const vk_caps *c = &b->caps;
-    snprintf(b->desc, sizeof b->desc, "vulkan: %s (%s%s%s%s%s)", b->props.deviceName, type_name(b->props.deviceType),
+    char cu[32] = "";
+    if (c->compute_units) snprintf(cu, sizeof cu, ", %d compute units", c->compute_units);
+    char drv[140] = "";
+    if (b->driver[0]) snprintf(drv, sizeof drv, ", %s", b->driver);
+    snprintf(b->desc, sizeof b->desc, "vulkan: %s (%s%s%s%s%s%s%s)", b->props.deviceName, type_name(b->props.deviceType), drv,
              c->fp16 ? ", fp16" : "", c->storage8 ? ", int8 storage" : "", c->int_dot ? ", int dot" : "",
-             c->subgroup_arith ? ", subgroups" : "");
+             c->subgroup_arith ? ", subgroups" : "", cu);
     return KVQ_OK;
 }
 

@@ -163,6 +163,9 @@ static kvq_status create_device(kvq_bctx *b) {
             exts[n_ext++] = VK_KHR_STORAGE_BUFFER_STORAGE_CLASS_EXTENSION_NAME;
     }
     if (api < VK_API_VERSION_1_3 && want_idot) exts[n_ext++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+    int has_nv_sm = has_ext(ext, next, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME),
+        has_amd_core = has_ext(ext, next, VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME),
+        has_arm_core = has_ext(ext, next, VK_ARM_SHADER_CORE_BUILTINS_EXTENSION_NAME);
     b->caps.mem_budget = has_ext(ext, next, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
     if (b->caps.mem_budget) exts[n_ext++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
     free(ext);
@@ -174,11 +177,27 @@ static kvq_status create_device(kvq_bctx *b) {
     c->storage16 = s16.storageBuffer16BitAccess && !disabled("storage16");
     c->storage8 = want_s8 && s8.storageBuffer8BitAccess && !disabled("storage8");
     c->int_dot = want_idot && idot.shaderIntegerDotProduct && !disabled("intdot");
+    c->fused_reduce = !disabled("fusedreduce");
 
     VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES, .pNext = &sg};
-    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &m3};
+    /* compute units, where a vendor extension tells (core Vulkan does not) */
+    VkPhysicalDeviceShaderSMBuiltinsPropertiesNV nv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+    VkPhysicalDeviceShaderCorePropertiesAMD amd = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD};
+    VkPhysicalDeviceShaderCoreBuiltinsPropertiesARM arm = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_BUILTINS_PROPERTIES_ARM};
+    VkPhysicalDeviceDriverProperties drv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    void *pchain = &m3;
+    if (api >= VK_API_VERSION_1_2) drv.pNext = pchain, pchain = &drv;
+    if (has_nv_sm) nv.pNext = pchain, pchain = &nv;
+    if (has_amd_core) amd.pNext = pchain, pchain = &amd;
+    if (has_arm_core) arm.pNext = pchain, pchain = &arm;
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = pchain};
     vkGetPhysicalDeviceProperties2(b->phys, &p2);
+    if (api >= VK_API_VERSION_1_2)
+        snprintf(b->driver, sizeof b->driver, "%.64s %.64s", drv.driverName, drv.driverInfo);
+    c->compute_units = has_nv_sm ? (int)nv.shaderSMCount
+                       : has_amd_core ? (int)(amd.shaderEngineCount * amd.shaderArraysPerEngineCount * amd.computeUnitsPerShaderArray)
+                       : has_arm_core ? (int)arm.shaderCoreCount : 0;
     c->subgroup_arith = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                         (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && !disabled("subgroup");
     c->subgroup_size = c->subgroup_arith ? (int)sg.subgroupSize : 0;
@@ -252,8 +271,11 @@ kvq_status kvq_vk_open(const kvq_backend_opts *o, kvq_bctx **out) {
         return s;
     }
     b->software = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    /* workgroups a matvec spreads over: 4 per compute unit where known */
     const char *tg = getenv("KVQ_VK_TARGET_GROUPS");
     if (tg && *tg) b->target_groups = (uint32_t)strtoul(tg, NULL, 10);
+    else if (b->caps.compute_units > 0 && !b->software)
+        b->target_groups = (uint32_t)(4 * b->caps.compute_units < 64 ? 64 : 4 * b->caps.compute_units > 2048 ? 2048 : 4 * b->caps.compute_units);
     *out = b;
     return KVQ_OK;
 }

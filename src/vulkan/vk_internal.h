@@ -98,6 +98,9 @@ typedef struct {
     int subgroup_size; /* 0 when subgroup arithmetic is missing in compute */
     int subgroup_arith;
     int mem_budget;    /* VK_EXT_memory_budget: heaps' budget and usage */
+    int compute_units; /* SMs / CUs / shader cores from VK_NV_shader_sm_builtins, VK_AMD_shader_core_properties
+                          or VK_ARM_shader_core_builtins; 0 when unknown */
+    int fused_reduce;  /* split matvecs reduce in their last workgroup (KVQ_VK_DISABLE=fusedreduce: mm_reduce) */
 } vk_caps;
 
 struct kvq_bctx {
@@ -158,6 +161,8 @@ struct kvq_bctx {
     size_t stage_used;
     kvq_buf *scratch[8];          /* vk_scratch slots */
     size_t part_off;              /* next free byte of the matvecs' partial-sum ring (scratch 4) */
+    size_t cnt_off;               /* and of their counters' ring (scratch 5) */
+    const kvq_buf *cnt_zeroed;    /* the counters' buffer, once it has been zeroed */
     struct {                      /* RoPE cos/sin table staged for this submit (shared by the layers) */
         const float *inv_freq;
         int pos0, n, half;
@@ -170,6 +175,7 @@ struct kvq_bctx {
     kvq_status err;               /* first error since the last submit */
     char err_msg[512];
     char desc[384];
+    char driver[132];             /* driver name and version (Vulkan 1.2), "" when unknown */
 };
 
 /* ---- vk_core.c: instance and device ---- */
@@ -217,6 +223,8 @@ void vk_record_copy_regions(kvq_bctx *b, const kvq_buf *src, kvq_buf *dst, VkBuf
 kvq_status vk_upload_now(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src, size_t n);
 /* Records a host->device copy ordered with the ops recorded so far (src is copied now). */
 void vk_record_write(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src, size_t n);
+/* Records a fill of n bytes (a multiple of 4) of dst with the 32-bit value v. */
+void vk_record_fill(kvq_bctx *b, kvq_buf *dst, size_t off, size_t n, uint32_t v);
 /* Records a device copy ordered with the ops recorded so far. */
 void vk_record_copy(kvq_bctx *b, const kvq_buf *src, size_t so, kvq_buf *dst, size_t dof, size_t n);
 /* Copies n bytes of host data (e.g. token ids) into the staging ring; the returned

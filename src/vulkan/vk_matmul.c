@@ -27,6 +27,24 @@ static uint32_t target_groups(const kvq_bctx *b) { return b->target_groups ? b->
 #define MIN_CHUNKS_PER_SPLIT 2
 #define PART_RING 4
 
+/* Zeroed counters (one per row block) for a split matvec's last-workgroup reduce, from a ring
+ * beside the partial sums' (scratch slot 5, zeroed whenever it is made; the last workgroup
+ * of each row block clears its own). The dummy binding when it cannot be had. */
+static vk_bind counters(kvq_bctx *b, uint32_t gx) {
+    size_t need = ((size_t)gx * 4 + b->min_align - 1) & ~(size_t)(b->min_align - 1);
+    kvq_buf *c = vk_scratch(b, 5, PART_RING * need);
+    if (!c) return vk_whole(b->dummy);
+    if (b->cnt_zeroed != c) {
+        vk_record_fill(b, c, 0, c->bytes & ~(size_t)3, 0);
+        b->cnt_zeroed = c;
+        b->cnt_off = 0;
+    }
+    if (b->cnt_off + need > c->bytes) b->cnt_off = 0;
+    vk_bind r = {c->buf, b->cnt_off, need, need};
+    b->cnt_off += need;
+    return r;
+}
+
 static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n) {
     int lut = w->nbits == 8;
     uint32_t spec[4] = {(uint32_t)w->M, (uint32_t)w->ig, (uint32_t)n, (uint32_t)w->nbits};
@@ -43,7 +61,8 @@ static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int 
         uint32_t cps = cdiv(chunks, nsplit);
         nsplit = cdiv(chunks, cps);
         kvq_buf *part = NULL;
-        vk_bind pb = {0};
+        vk_bind pb = {0}, cb = vk_whole(b->dummy);
+        int fused = 0;
         if (nsplit > 1) {
             /* partial sums in a ring of PART_RING matvecs' worth: consecutive matvecs (q, k, v)
              * write different ranges, so none waits for the one before to be reduced */
@@ -54,17 +73,18 @@ static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int 
             if (b->part_off + need > part->bytes) b->part_off = 0;
             pb = (vk_bind){part->buf, b->part_off, need, need};
             b->part_off += need;
-            if (!red) red = vk_pipe_get(b, "mm_reduce", NULL, 0);
+            fused = b->caps.fused_reduce && (cb = counters(b, gx)).buf != b->dummy->buf;
+            if (!fused && !red) red = vk_pipe_get(b, "mm_reduce", NULL, 0);
         }
         struct {
             uint32_t rows_p, row0, rows_total, cols, n_chunks, cps, flags, n;
         } pc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)w->cols,
-                chunks, cps, flags | (part ? 2u : 0u), (uint32_t)n};
-        vk_bind bind[6] = {vk_whole(pc_->buf), vk_whole(w->codebooks), x, part ? pb : y, vk_whole(w->scales),
-                           opt(b, w->bias)};
+                chunks, cps, flags | (part ? 2u : 0u) | (fused ? 4u : 0u), (uint32_t)n};
+        vk_bind bind[8] = {vk_whole(pc_->buf), vk_whole(w->codebooks), x, part ? pb : y, vk_whole(w->scales),
+                           opt(b, w->bias), fused ? y : vk_whole(b->dummy), cb};
         /* beside the reduces held back from the matvecs before it (q, k, v share their input) */
-        vk_dispatch_beside(b, p, bind, 6, &pc, sizeof pc, gx, nsplit, 1);
-        if (part) {
+        vk_dispatch_beside(b, p, bind, 8, &pc, sizeof pc, gx, nsplit, 1);
+        if (part && !fused) {
             struct {
                 uint32_t rows_p, row0, rows_total, n, nsplit, flags;
             } rc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)n, nsplit, flags};

@@ -318,6 +318,19 @@ void vk_record_write(kvq_bctx *b, kvq_buf *dst, size_t off, const void *src, siz
     copy_cmd(b, b->stage->buf, dst->buf, &c, 1);
 }
 
+void vk_record_fill(kvq_bctx *b, kvq_buf *dst, size_t off, size_t n, uint32_t v) {
+    if (!n) return;
+    if (off > dst->bytes || n > dst->bytes - off || (n & 3) || (off & 3)) {
+        vk_error(b, KVQ_ERR_ARG, "vulkan: fill of %zu bytes at %zu in a %zu-byte buffer", n, off, dst->bytes);
+        return;
+    }
+    vk_flush_deferred(b);
+    if (!begin(b)) return;
+    vk_range wr = range_of(dst->buf, off, n);
+    order(b, NULL, 0, &wr, 1);
+    vkCmdFillBuffer(b->cmd, dst->buf, off, n, v);
+}
+
 void vk_record_copy(kvq_bctx *b, const kvq_buf *src, size_t so, kvq_buf *dst, size_t dof, size_t n) {
     if (!n) return;
     if (so > src->bytes || n > src->bytes - so || dof > dst->bytes || n > dst->bytes - dof) {
@@ -381,6 +394,7 @@ static void record_dispatch(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, 
         else
             bi[i] = (VkDescriptorBufferInfo){b->dummy->buf, 0, VK_WHOLE_SIZE};
         vk_range r = range_of(bi[i].buffer, bi[i].offset, bi[i].range);
+        if (bi[i].buffer == b->dummy->buf) continue; /* what is bound for nothing orders nothing */
         if (p->writes & (1u << i)) wr[nw++] = r;
         else if (p->reads & (1u << i)) rd[nr++] = r;
     }
@@ -441,10 +455,11 @@ void vk_dispatch_later(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int n
 }
 
 /* 1 when a dispatch of p over bind reads what q over qb writes or writes what it touches. */
-static int conflicts(const vk_pipe *p, const vk_bind *bind, int n_bind, const vk_pipe *q, const vk_bind *qb, int qn) {
+static int conflicts(VkBuffer dummy, const vk_pipe *p, const vk_bind *bind, int n_bind, const vk_pipe *q,
+                     const vk_bind *qb, int qn) {
     for (int i = 0; i < n_bind; i++) {
         int pw = p->writes >> i & 1, pr = p->reads >> i & 1;
-        if (!pw && !pr) continue;
+        if ((!pw && !pr) || !bind[i].buf || bind[i].buf == dummy) continue;
         vk_range a = range_of(bind[i].buf, bind[i].off, bind[i].range ? bind[i].range : VK_WHOLE_SIZE);
         for (int j = 0; j < qn; j++) {
             int qw = q->writes >> j & 1, qr = q->reads >> j & 1;
@@ -459,7 +474,7 @@ static int conflicts(const vk_pipe *p, const vk_bind *bind, int n_bind, const vk
 void vk_dispatch_beside(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int n_bind, const void *pc,
                         uint32_t pc_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
     for (int i = 0; p && i < b->n_defer; i++)
-        if (conflicts(p, bind, n_bind, b->defer[i].p, b->defer[i].bind, b->defer[i].n_bind)) {
+        if (conflicts(b->dummy->buf, p, bind, n_bind, b->defer[i].p, b->defer[i].bind, b->defer[i].n_bind)) {
             vk_flush_deferred(b);
             break;
         }
