@@ -1,0 +1,108 @@
+/* 1x16 AQLM through int8 codewords and integer dot products (opt-in,
+ * kvq_weight_desc.i8): the upload's int8 codebook, the activations'
+ * quantization and the scalar kernel every SIMD one is checked against.
+ *
+ * The fp16 1x16 codebook is 1 MiB: the exact kernels' codeword loads miss L2
+ * and one fp16 gather + convert + FMA per code sets their pace. Here each
+ * codeword c becomes q_c = round(v_c / s_c) with s_c = max|v_c| / 127 (a scale
+ * per codeword, so small codewords keep their precision), 512 KiB + 256 KiB
+ * of scales for 65536 x 8: it stays in L2. Activations are quantized per 32
+ * values (d_b = max|x_b| / 127), and a group g with code c adds
+ * s_c * d_b * (q_c . xq_g), the dot product in integers. Per output o, with
+ * row scale r_o, the error against the fp16 weights is at most
+ *   |r_o| * sum_g ( s_c / 2 * |x_g|_1 + |q_c s_c|_1 * d_b / 2 )
+ * (each weight is off by at most s_c / 2, each activation by d_b / 2), plus
+ * f32 rounding; tests/test_matmul.c checks every output against it. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu/cpu_matmul_impl.h"
+
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+size_t kvq_i8_codebook_bytes(const kvq_cpu_weight *w) {
+    size_t K = (size_t)1 << w->nbits;
+    return round64(K * (size_t)w->ig) + round64(K * sizeof(float));
+}
+
+void kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst) {
+    long K = 1L << w->nbits;
+    size_t ig = (size_t)w->ig;
+    w->cbq = dst;
+    w->cbq_scale = (float *)((char *)dst + round64((size_t)K * ig));
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < K; c++) {
+        float v[16], mx = 0.0f;
+        for (size_t j = 0; j < ig; j++) {
+            v[j] = kvq_f16_to_f32(kvq_rd_u16(d->codebooks, (size_t)c * ig + j));
+            mx = fabsf(v[j]) > mx ? fabsf(v[j]) : mx;
+        }
+        float s = mx / 127.0f, inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+        w->cbq_scale[c] = s;
+        for (size_t j = 0; j < ig; j++) w->cbq[(size_t)c * ig + j] = (int8_t)lrintf(v[j] * inv);
+    }
+}
+
+static int cols_pad(int cols) { return (cols + 63) / 64 * 64; }
+
+size_t kvq_i8_act_bytes(int cols, int n) {
+    size_t p = (size_t)cols_pad(cols) * (size_t)n;
+    return p * 2 + p / 8; /* corr (int32 per 4), q, d (f32 per 32) */
+}
+
+kvq_i8_act kvq_i8_act_at(void *buf, int cols, int n) {
+    size_t p = (size_t)cols_pad(cols) * (size_t)n;
+    char *b = buf;
+    return (kvq_i8_act){cols_pad(cols), (const int8_t *)(b + p), (const float *)(b + 2 * p), (const int32_t *)b};
+}
+
+/* round-to-nearest-even of |v| < 2^22 without a libm call, so the loop vectorizes */
+static inline float round_ne(float v) {
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    return (v + magic) - magic;
+}
+
+void kvq_i8_quantize(const kvq_i8_act *a, const float *x, int cols, int t0, int t1) {
+    int P = a->cols_pad, nb = P / 32;
+    for (int t = t0; t < t1; t++) {
+        const float *xt = x + (size_t)t * cols;
+        int8_t *q = (int8_t *)(uintptr_t)(a->q + (size_t)t * P);
+        float *d = (float *)(uintptr_t)(a->d + (size_t)t * nb);
+        int32_t *corr = (int32_t *)(uintptr_t)(a->corr + (size_t)t * P / 4);
+        for (int b = 0; b < nb; b++) {
+            int k0 = b * 32, k1 = k0 + 32 < cols ? k0 + 32 : cols;
+            float mx = 0.0f, v[32];
+            for (int k = 0; k < 32; k++) v[k] = k0 + k < k1 ? xt[k0 + k] : 0.0f;
+            for (int k = 0; k < 32; k++) mx = fmaxf(mx, fabsf(v[k]));
+            if (!(mx <= 3.0e38f)) { /* inf or NaN: the block's outputs become NaN */
+                memset(q + k0, 0, 32);
+                d[b] = NAN;
+                continue;
+            }
+            float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+            d[b] = mx / 127.0f;
+            for (int k = 0; k < 32; k++) q[k0 + k] = (int8_t)round_ne(fminf(fmaxf(v[k] * inv, -127.0f), 127.0f));
+        }
+        for (int k = 0; k < P / 4; k++) corr[k] = -128 * (q[4 * k] + q[4 * k + 1] + q[4 * k + 2] + q[4 * k + 3]);
+    }
+}
+
+/* The spec of the scheme: per group an exact int32 dot product, then scaled. */
+void kvq_aqlm_i8_gemv_scalar(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0, int r1) {
+    int ig = w->ig, G = w->G, per_blk = 32 / ig, nb = a->cols_pad / 32;
+    for (int o = r0; o < r1; o++) {
+        const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * G;
+        for (int t = 0; t < n; t++) {
+            const int8_t *q = a->q + (size_t)t * a->cols_pad;
+            const float *d = a->d + (size_t)t * nb;
+            float acc = 0.0f;
+            for (int g = 0; g < G; g++) {
+                const int8_t *cw = w->cbq + (size_t)c[g] * ig, *xq = q + (size_t)g * ig;
+                int32_t dot = 0;
+                for (int j = 0; j < ig; j++) dot += cw[j] * xq[j];
+                acc += (float)dot * (w->cbq_scale[c[g]] * d[g / per_blk]);
+            }
+            y[(size_t)t * ldy + o] = w->scales[o] * acc;
+        }
+    }
+}
