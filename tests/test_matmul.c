@@ -513,10 +513,17 @@ static void test_lut8(void **state) {
  * cpu_aqlm_i8.c): every path within KVQ_I8_REL_L2 of the fp16 weights and
  * above int8's floor (the int8 path is really in use), every output within
  * the stated bound |r_o| sum_g (s_c/2 |x_g|_1 + |q_c s_c|_1 d_b/2), computed
- * here from the fp16 codebook (s_c = max|v_c|/127, d_b = max|x_b|/127 per 32
- * values), and every SIMD path within f32 rounding of the scalar one (the
- * spec of the scheme). Activations get outliers so block scales differ.
- * Other weights ignore i8. */
+ * here from the fp16 codebook (s_c = max|v| of codeword c's class / 127: the
+ * codewords in order of (max|v|, code) in KVQ_I8_CLASSES runs of equal size;
+ * d_b = max|x_b|/127 per 32 values), and every SIMD path within f32 rounding
+ * of the scalar one (the spec of the scheme). Activations get outliers so
+ * block scales differ. Other weights ignore i8. */
+static const float *g_mx; /* for by_mx */
+static int by_mx(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    return g_mx[i] < g_mx[j] ? -1 : g_mx[i] > g_mx[j] ? 1 : (i > j) - (i < j);
+}
+
 static void check_i8(wdesc *w, const char *what) {
     static const int ns[] = {1, 3, 6, 17};
     int rows = w->d.rows, cols = w->d.cols, ig = w->d.in_group, G = cols / ig, nmax = 17, K = 1 << w->d.nbits;
@@ -528,14 +535,24 @@ static void check_i8(wdesc *w, const char *what) {
     assert_true(x && y && yr && ys && bound && cs && l1 && db);
     tu_rand_fill(x, (size_t)nmax * cols, &rng);
     for (size_t i = 0; i < (size_t)nmax * cols; i += 37) x[i] *= 20.0f;
-    for (int c = 0; c < K && used; c++) { /* s_c and |v_c|_1 + ig * s_c / 2 >= |q_c s_c|_1 */
-        float mx = 0.0f, sum = 0.0f;
+    float *mx = malloc(sizeof(float) * (size_t)K);
+    int *order = malloc(sizeof(int) * (size_t)K);
+    assert_true(mx && order);
+    for (int c = 0; c < K && used; c++) {
+        mx[c] = l1[c] = 0.0f, order[c] = c;
         for (int j = 0; j < ig; j++) {
             float v = fabsf(kvq_f16_to_f32(kvq_rd_u16(w->d.codebooks, (size_t)c * ig + j)));
-            mx = v > mx ? v : mx, sum += v;
+            mx[c] = v > mx[c] ? v : mx[c], l1[c] += v;
         }
-        cs[c] = mx / 127.0f, l1[c] = sum + (float)ig * cs[c] / 2.0f;
     }
+    g_mx = mx;
+    if (used) qsort(order, (size_t)K, sizeof *order, by_mx);
+    for (int n = 0, per = K / KVQ_I8_CLASSES; n < K && used; n++) { /* s_c and |v_c|_1 + ig * s_c / 2 >= |q_c s_c|_1 */
+        int c = order[n];
+        cs[c] = mx[order[n / per * per + per - 1]] / 127.0f;
+        l1[c] += (float)ig * cs[c] / 2.0f;
+    }
+    free(mx), free(order);
     for (int t = 0; t < nmax && used; t++) {
         const float *xt = x + (size_t)t * cols;
         for (int b = 0; b < (cols + 31) / 32; b++) {

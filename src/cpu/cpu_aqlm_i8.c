@@ -3,44 +3,79 @@
  * quantization and the scalar kernel every SIMD one is checked against.
  *
  * The fp16 1x16 codebook is 1 MiB: the exact kernels' codeword loads miss L2
- * and one fp16 gather + convert + FMA per code sets their pace. Here each
- * codeword c becomes q_c = round(v_c / s_c) with s_c = max|v_c| / 127 (a scale
- * per codeword, so small codewords keep their precision), 512 KiB + 256 KiB
- * of scales for 65536 x 8: it stays in L2. Activations are quantized per 32
- * values (d_b = max|x_b| / 127), and a group g with code c adds
- * s_c * d_b * (q_c . xq_g), the dot product in integers. Per output o, with
- * row scale r_o, the error against the fp16 weights is at most
+ * and one fp16 load + convert + FMA per code sets their pace. Here the
+ * codebook is int8, 512 KiB for 65536 x 8: it stays in L2. A scale per
+ * codeword would keep small codewords precise, but a second random load per
+ * code (a separate scale array) halved the kernels' speed (micro-benchmark,
+ * README), and an 8-byte codeword has no room for one. So at load the
+ * codewords are renumbered (codes remapped as they are copied) in order of
+ * max|v|, and each of KVQ_I8_CLASSES runs of equal size shares one scale,
+ * the largest of its members: the scale is a function of the code's top
+ * bits, a register permute. Codeword c: q_c = round(v_c / s_c), s_c = its
+ * class's max|v| / 127. Activations are quantized per 32 values (d_b =
+ * max|x_b| / 127), and a group g with code c adds s_c * d_b * (q_c . xq_g),
+ * the dot product in integers. Per output o, with row scale r_o, the error
+ * against the fp16 weights is at most
  *   |r_o| * sum_g ( s_c / 2 * |x_g|_1 + |q_c s_c|_1 * d_b / 2 )
  * (each weight is off by at most s_c / 2, each activation by d_b / 2), plus
  * f32 rounding; tests/test_matmul.c checks every output against it. */
+#include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu_matmul_impl.h"
 
 static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 
-size_t kvq_i8_codebook_bytes(const kvq_cpu_weight *w) {
-    size_t K = (size_t)1 << w->nbits;
-    return round64(K * (size_t)w->ig) + round64(K * sizeof(float));
+size_t kvq_i8_codebook_bytes(const kvq_cpu_weight *w) { return round64(((size_t)1 << w->nbits) * (size_t)w->ig); }
+
+/* Codewords in ascending order of key (stable: ties keep code order), by
+ * LSD radix on the keys' bits (non-negative floats order as their bits). */
+static void sort_by_key(const uint32_t *key, uint32_t *order, uint32_t *tmp, size_t K) {
+    for (size_t c = 0; c < K; c++) order[c] = (uint32_t)c;
+    for (int shift = 0; shift < 32; shift += 8) {
+        size_t count[257] = {0};
+        for (size_t i = 0; i < K; i++) count[((key[order[i]] >> shift) & 255) + 1]++;
+        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
+        for (size_t i = 0; i < K; i++) tmp[count[(key[order[i]] >> shift) & 255]++] = order[i];
+        memcpy(order, tmp, K * sizeof *order);
+    }
 }
 
-void kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst) {
-    long K = 1L << w->nbits;
-    size_t ig = (size_t)w->ig;
-    w->cbq = dst;
-    w->cbq_scale = (float *)((char *)dst + round64((size_t)K * ig));
-#pragma omp parallel for schedule(static)
-    for (long c = 0; c < K; c++) {
-        float v[16], mx = 0.0f;
-        for (size_t j = 0; j < ig; j++) {
-            v[j] = kvq_f16_to_f32(kvq_rd_u16(d->codebooks, (size_t)c * ig + j));
-            mx = fabsf(v[j]) > mx ? fabsf(v[j]) : mx;
-        }
-        float s = mx / 127.0f, inv = mx > 0.0f ? 127.0f / mx : 0.0f;
-        w->cbq_scale[c] = s;
-        for (size_t j = 0; j < ig; j++) w->cbq[(size_t)c * ig + j] = (int8_t)lrintf(v[j] * inv);
+int kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst) {
+    size_t K = (size_t)1 << w->nbits, ig = (size_t)w->ig, per = K / KVQ_I8_CLASSES;
+    uint32_t *key = malloc(K * sizeof *key), *order = malloc(K * sizeof *order), *tmp = malloc(K * sizeof *tmp);
+    uint16_t *perm = malloc(K * sizeof *perm);
+    if (!key || !order || !tmp || !perm) {
+        free(key), free(order), free(tmp), free(perm);
+        return kvq_fail(KVQ_ERR_NOMEM, "%s: no memory for the int8 codebook", d->name ? d->name : "(unnamed weight)");
     }
+    for (size_t c = 0; c < K; c++) {
+        float mx = 0.0f;
+        for (size_t j = 0; j < ig; j++) mx = fmaxf(mx, fabsf(kvq_f16_to_f32(kvq_rd_u16(d->codebooks, c * ig + j))));
+        memcpy(&key[c], &mx, 4);
+    }
+    sort_by_key(key, order, tmp, K);
+    w->cbq = dst;
+    w->cbq_shift = w->nbits - 6; /* K / 64 codewords per class */
+    for (int k = 0; k < KVQ_I8_CLASSES; k++) {
+        float mx;
+        memcpy(&mx, &key[order[(size_t)k * per + per - 1]], 4); /* the class's largest */
+        w->cbq_cls[k] = mx / 127.0f;
+    }
+    for (size_t n = 0; n < K; n++) { /* new code n holds old codeword order[n] */
+        size_t c = order[n];
+        float s = w->cbq_cls[n / per], inv = s > 0.0f ? 1.0f / s : 0.0f;
+        perm[c] = (uint16_t)n;
+        for (size_t j = 0; j < ig; j++) {
+            float q = kvq_f16_to_f32(kvq_rd_u16(d->codebooks, c * ig + j)) * inv;
+            w->cbq[n * ig + j] = (int8_t)lrintf(fminf(fmaxf(q, -127.0f), 127.0f));
+        }
+    }
+    w->cbq_perm = perm;
+    free(key), free(order), free(tmp);
+    return KVQ_OK;
 }
 
 static int cols_pad(int cols) { return (cols + 63) / 64 * 64; }
@@ -73,7 +108,7 @@ void kvq_i8_quantize(const kvq_i8_act *a, const float *x, int cols, int t0, int 
             int k0 = b * 32, k1 = k0 + 32 < cols ? k0 + 32 : cols;
             float mx = 0.0f, v[32];
             for (int k = 0; k < 32; k++) v[k] = k0 + k < k1 ? xt[k0 + k] : 0.0f;
-            for (int k = 0; k < 32; k++) mx = fmaxf(mx, fabsf(v[k]));
+            for (int k = 0; k < 32; k++) mx = fabsf(v[k]) > mx || v[k] != v[k] ? fabsf(v[k]) : mx; /* NaN sticks */
             if (!(mx <= 3.0e38f)) { /* inf or NaN: the block's outputs become NaN */
                 memset(q + k0, 0, 32);
                 d[b] = NAN;
@@ -81,7 +116,11 @@ void kvq_i8_quantize(const kvq_i8_act *a, const float *x, int cols, int t0, int 
             }
             float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
             d[b] = mx / 127.0f;
-            for (int k = 0; k < 32; k++) q[k0 + k] = (int8_t)round_ne(fminf(fmaxf(v[k] * inv, -127.0f), 127.0f));
+            for (int k = 0; k < 32; k++) {
+                float s = v[k] * inv;
+                s = s < -127.0f ? -127.0f : s > 127.0f ? 127.0f : s;
+                q[k0 + k] = (int8_t)round_ne(s);
+            }
         }
         for (int k = 0; k < P / 4; k++) corr[k] = -128 * (q[4 * k] + q[4 * k + 1] + q[4 * k + 2] + q[4 * k + 3]);
     }
@@ -100,7 +139,7 @@ void kvq_aqlm_i8_gemv_scalar(const kvq_cpu_weight *w, const kvq_i8_act *a, int n
                 const int8_t *cw = w->cbq + (size_t)c[g] * ig, *xq = q + (size_t)g * ig;
                 int32_t dot = 0;
                 for (int j = 0; j < ig; j++) dot += cw[j] * xq[j];
-                acc += (float)dot * (w->cbq_scale[c[g]] * d[g / per_blk]);
+                acc += (float)dot * (w->cbq_cls[c[g] >> w->cbq_shift] * d[g / per_blk]);
             }
             y[(size_t)t * ldy + o] = w->scales[o] * acc;
         }

@@ -20,23 +20,29 @@ static inline __attribute__((always_inline)) void rows_avx2(const kvq_cpu_weight
     const int G = w->G, per = 32 / IG, blocks = (G * IG + 31) / 32, P = a->cols_pad;
     const __m256i ones = _mm256_set1_epi16(1);
     const int8_t *cb = w->cbq;
-    const float *cs = w->cbq_scale;
+    const float *cls = w->cbq_cls;
+    const int sh = w->cbq_shift;
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * G;
         kvq_cb_prefetch_slice(w, o - r0);
         __m256 acc[KVQ_GEMV_MAX_T];
         for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
         for (int b = 0; b < blocks; b++) {
-            int k[4];
-            for (int i = 0; i < per; i++) k[i] = b * per + i < G ? c[b * per + i] : 0; /* past the row: x is 0 there */
+            unsigned k[4];
+            if ((b + 1) * per <= G) {
+                for (int i = 0; i < per; i++) k[i] = c[b * per + i];
+            } else {
+                for (int i = 0; i < per; i++) k[i] = b * per + i < G ? c[b * per + i] : 0; /* past the row: x is 0 there */
+            }
             __m256i cw;
             __m256 sc;
             if (IG == 8) {
                 cw = _mm256_set_epi64x(ld64(cb + 8 * k[3]), ld64(cb + 8 * k[2]), ld64(cb + 8 * k[1]), ld64(cb + 8 * k[0]));
-                sc = _mm256_set_ps(cs[k[3]], cs[k[3]], cs[k[2]], cs[k[2]], cs[k[1]], cs[k[1]], cs[k[0]], cs[k[0]]);
+                float s0 = cls[k[0] >> sh], s1 = cls[k[1] >> sh], s2 = cls[k[2] >> sh], s3 = cls[k[3] >> sh];
+                sc = _mm256_set_ps(s3, s3, s2, s2, s1, s1, s0, s0);
             } else {
                 cw = _mm256_loadu2_m128i((const __m128i *)(cb + 16 * (size_t)k[1]), (const __m128i *)(cb + 16 * (size_t)k[0]));
-                sc = _mm256_set_m128(_mm_set1_ps(cs[k[1]]), _mm_set1_ps(cs[k[0]]));
+                sc = _mm256_set_m128(_mm_set1_ps(cls[k[1] >> sh]), _mm_set1_ps(cls[k[0] >> sh]));
             }
             for (int t = 0; t < T; t++) {
                 const size_t tp = (size_t)t * P;

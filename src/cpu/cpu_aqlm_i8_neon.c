@@ -20,7 +20,8 @@ static inline DOTPROD __attribute__((always_inline)) void rows_neon(const kvq_cp
                                                                      const int IG, const int T) {
     const int G = w->G, P = a->cols_pad;
     const int8_t *cb = w->cbq;
-    const float *cs = w->cbq_scale;
+    const float *cls = w->cbq_cls;
+    const int sh = w->cbq_shift;
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * G;
         kvq_cb_prefetch_slice(w, o - r0);
@@ -32,10 +33,10 @@ static inline DOTPROD __attribute__((always_inline)) void rows_neon(const kvq_cp
             if (IG == 8) {
                 unsigned c0 = c[g], c1 = g + 1 < G ? c[g + 1] : 0; /* past the row: x is 0 there */
                 cw = vcombine_s8(vld1_s8(cb + 8 * (size_t)c0), vld1_s8(cb + 8 * (size_t)c1));
-                sc = vcombine_f32(vdup_n_f32(cs[c0]), vdup_n_f32(cs[c1]));
+                sc = vcombine_f32(vdup_n_f32(cls[c0 >> sh]), vdup_n_f32(cls[c1 >> sh]));
             } else {
                 cw = vld1q_s8(cb + 16 * (size_t)c[g]);
-                sc = vdupq_n_f32(cs[c[g]]);
+                sc = vdupq_n_f32(cls[c[g] >> sh]);
             }
             for (int t = 0; t < T; t++) {
                 const size_t tp = (size_t)t * P;

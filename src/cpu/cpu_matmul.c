@@ -243,6 +243,7 @@ void kvq_cpu_weight_free(kvq_cpu_weight *w) {
     kvq_free_aligned(w->cb);
     kvq_free_aligned(w->cb_t);
     kvq_free_aligned(w->scales);
+    free(w->cbq_perm);
     free(w);
 }
 

@@ -70,11 +70,14 @@ struct kvq_cpu_weight {
     float cb8_scale;
     int lut8;       /* LUT with kvq_weight_desc.lut8: int8 tables where the kernels have them (lut8_*) */
     /* GATHER with kvq_weight_desc.i8 and M == 1 (cpu_aqlm_i8.c): int8
-     * codewords [2^nbits][ig] with one f32 scale each (cb16 and cb8 are then
-     * NULL), and every matmul of the weight takes the integer-dot-product
-     * kernels on int8 activations (i8_gemv). */
+     * codewords [2^nbits][ig] (cb16 and cb8 are then NULL), renumbered at
+     * load so that their scales come in KVQ_I8_CLASSES classes of equal
+     * size: codeword c's scale is cbq_cls[c >> cbq_shift]. Every matmul of
+     * the weight takes the integer-dot-product kernels on int8 activations. */
     int8_t *cbq;
-    float *cbq_scale;
+    int cbq_shift;
+    float cbq_cls[64];
+    uint16_t *cbq_perm; /* during the upload only: old code -> new code */
     float *scales;  /* f32 [rows_pad], zero past rows */
 };
 
@@ -155,7 +158,7 @@ static inline uint32_t kvq_cw_code(const kvq_cpu_weight *w, size_t o, size_t g, 
 /* Value j of codeword c of codebook m, whichever form the weight keeps. */
 static inline float kvq_cw_val(const kvq_cpu_weight *w, size_t m, uint32_t c, size_t j) {
     size_t i = (m * ((size_t)1 << w->nbits) + c) * (size_t)w->ig + j;
-    if (w->cbq) return (float)w->cbq[i] * w->cbq_scale[c];
+    if (w->cbq) return (float)w->cbq[i] * w->cbq_cls[c >> w->cbq_shift];
     if (w->cb8) return (float)w->cb8[i] * w->cb8_scale;
     return w->cb ? w->cb[i] : kvq_f16_to_f32(w->cb16[i]);
 }
@@ -282,9 +285,12 @@ void kvq_aqlm_i8_gemv_neon(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, 
 #endif
 /* The int8 codebook of a GATHER weight with desc i8 (cpu_aqlm.c's upload,
  * finite codebooks only): the bytes it needs, and filling it at dst (64-byte
- * aligned), which sets w->cbq and w->cbq_scale. */
+ * aligned), which sets w->cbq, cbq_shift, cbq_cls and cbq_perm (the codes'
+ * renumbering, which the upload applies and frees); KVQ_ERR_NOMEM when the
+ * sort's scratch is not there. */
+#define KVQ_I8_CLASSES 64
 size_t kvq_i8_codebook_bytes(const kvq_cpu_weight *w);
-void kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst);
+int kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst);
 /* Accuracy of the int8 path against the fp16 weights in f32 (rel L2 over a
  * matmul's outputs, random weights and activations: ~6e-3) that
  * tests/test_matmul.c holds it to, next to the per-output bound stated there. */
@@ -299,7 +305,7 @@ void kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst);
 static inline void kvq_cb_prefetch_slice(const kvq_cpu_weight *w, int i) {
     if (i >= KVQ_CB_PREFETCH_ROWS) return;
     const char *p = w->cbq ? (const char *)w->cbq : w->cb8 ? (const char *)w->cb8 : (const char *)w->cb16;
-    size_t bytes = w->cbq ? (size_t)((const char *)w->codes - p) : ((size_t)w->M << w->nbits) * (size_t)w->ig * (w->cb8 ? 1 : 2);
+    size_t bytes = ((size_t)w->M << w->nbits) * (size_t)w->ig * (w->cb8 || w->cbq ? 1 : 2);
     size_t slice = bytes / KVQ_CB_PREFETCH_ROWS + 64;
     for (size_t b = (size_t)i * slice; b < (size_t)(i + 1) * slice && b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
 }
