@@ -338,6 +338,10 @@ static void test_aqlm_shapes(void **state) {
                 check_weight(&w, batch_sizes, 4, what);
                 wdesc_free(&w);
             }
+    wdesc w; /* 8x8 (the catalog's Llama-2-7b): the table kernels of 2x8, eight steps per group */
+    make_aqlm(&w, 70, 13 * 8, 8, 8, 8, 1, 0);
+    check_weight(&w, batch_sizes, 4, "aqlm 8x8 70x104");
+    wdesc_free(&w);
 }
 
 /* Big enough that the row and group splits across threads are really used. */

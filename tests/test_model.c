@@ -357,7 +357,11 @@ static void test_lut8(void **state) {
 /* kvq_model_params.aqlm_i8 on the 1x16 fixtures (int8 codewords and
  * activations, integer dot products): logits near the reference, the same
  * top token, batched == token by token (each token is quantized on its
- * own), and the reference's greedy continuation. */
+ * own), and on the language model (brown-llama) the reference's greedy
+ * continuation. llama3-tiny's random weights leave top-1/top-2 gaps down to
+ * 0.07 along its greedy path (greedy_min_margin) while int8 moves its
+ * logits by ~2.5% rel L2: its continuation departs at token 1 (as it may
+ * with --aqlm-cb8, 3.5%), so there the count that agrees is only printed. */
 #define KVQ_TEST_I8_LOGITS 6e-2
 static void test_i8(void **state) {
     fixture *f = *state;
@@ -376,12 +380,15 @@ static void test_i8(void **state) {
     sp.temp = 0;
     kvq_sampler *s = kvq_sampler_new(&sp);
     assert_int_equal(kvq_eval(c, f->prompt, f->n_prompt), KVQ_OK);
+    int lm = !strcmp(f->name, "brown-llama-aqlm-1x16"), same = 0;
     for (int i = 0; i < f->n_greedy; i++) {
         int32_t id = kvq_sample(s, kvq_logits(c), f->n_vocab);
-        if (id != f->greedy[i]) fail_msg("%s i8: greedy token %d is %d, reference %d", f->name, i, id, f->greedy[i]);
+        if (id != f->greedy[i] && lm) fail_msg("%s i8: greedy token %d is %d, reference %d", f->name, i, id, f->greedy[i]);
+        if (id != f->greedy[i]) break;
+        same++;
         assert_int_equal(kvq_eval(c, &id, 1), KVQ_OK);
     }
-    print_message("%s i8: the reference's %d greedy tokens\n", f->name, f->n_greedy);
+    print_message("%s i8: %d of the reference's %d greedy tokens\n", f->name, same, f->n_greedy);
     kvq_sampler_free(s);
     kvq_context_free(c);
     kvq_model_free(m);

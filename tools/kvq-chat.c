@@ -53,7 +53,7 @@ static void usage(FILE *f) {
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
-            "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (~2x faster, ~0.5%% matmul change)\n"
+            "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (faster, ~1%% matmul change)\n"
             "  --ids                 with -p: print generated token ids instead of text\n"
             "  --verbose-prompt      print the prompt's token ids on stderr\n"
             "  --logits-out FILE     with -p: write float32 logits of the last prompt position\n"

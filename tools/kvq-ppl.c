@@ -27,7 +27,7 @@ static void usage(FILE *f) {
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
-            "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (~2x faster, ~0.5%% matmul change)\n"
+            "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (faster, ~1%% matmul change)\n"
             "  -h, --help            this help\n"
             "  --version             print the version\n"
             "Last stdout line: ppl = <value>\n");

@@ -36,7 +36,7 @@ static void usage(FILE *f) {
             "                        free memory holds with the slots' caches)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables\n"
-            "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (~2x faster, ~0.5%% matmul change)\n"
+            "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (faster, ~1%% matmul change)\n"
             "  --chat-template NAME  none, llama2, llama3, mistral, chatml, phi3, gemma, command-r\n"
             "                        (default: recognized from tokenizer_config.json)\n"
             "  --alias NAME          model id in /v1/models and in answers (default: the directory's name)\n"
