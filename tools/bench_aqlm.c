@@ -240,11 +240,17 @@ int kvq_bench_aqlm(int argc, char **argv) {
     result r[4][3]; /* [shape][2x8, 1x16, 1x16 with int8 codewords] */
     for (int s = 0; s < n_shapes; s++) {
         if (bench_format(shapes[s][0], shapes[s][1], g_m8, 8, (size_t)mb << 20, (int)nt, &r[s][0])) return 1;
-        if (bench_format(shapes[s][0], shapes[s][1], 1, 16, (size_t)mb << 20, (int)nt, &r[s][1])) return 1;
-        g_i8 = 1;
-        int st = bench_format(shapes[s][0], shapes[s][1], 1, 16, (size_t)mb << 20, (int)nt, &r[s][2]);
-        g_i8 = 0;
-        if (st) return 1;
+        /* exact and int8 1x16 twice in turn, the best of each: on a shared
+         * machine a busy spell then hits both, not one */
+        for (int round = 0; round < 2; round++)
+            for (int f = 1; f < 3; f++) {
+                result t;
+                g_i8 = f == 2;
+                int st = bench_format(shapes[s][0], shapes[s][1], 1, 16, (size_t)mb << 20, (int)nt, &t);
+                g_i8 = 0;
+                if (st) return 1;
+                if (round == 0 || t.ms < r[s][f].ms) r[s][f] = t;
+            }
     }
     double bw2 = chunk_bw_gbs((int)nt, (size_t)piece), bw_pass2 = kvq_bench_mem_bw_gbs((int)nt);
     if (bw2 > bw) bw = bw2;
