@@ -21,6 +21,7 @@
  * f32 rounding; tests/test_matmul.c checks every output against it. */
 #include <float.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,6 +143,78 @@ void kvq_aqlm_i8_gemv_scalar(const kvq_cpu_weight *w, const kvq_i8_act *a, int n
                 acc += (float)dot * (w->cbq_cls[c[g] >> w->cbq_shift] * d[g / per_blk]);
             }
             y[(size_t)t * ldy + o] = w->scales[o] * acc;
+        }
+    }
+}
+
+/* ---- dispatch (kvq_cpu_matmul hands every matmul of a cbq weight here) ---- */
+
+/* Part i of [0, n) split into `parts` nearly equal ranges (as cpu_matmul.c splits). */
+static void split(int n, int parts, int i, int *a, int *b) {
+    *a = (int)((long long)n * i / parts);
+    *b = (int)((long long)n * (i + 1) / parts);
+}
+
+static void add_bias(const kvq_cpu_weight *w, float *y, int r0, int r1) {
+    if (w->bias)
+        for (int o = r0; o < r1; o++) y[o] += w->bias[o];
+}
+
+/* The int8-codeword kernel (weights with cbq) for the current ISA: VNNI on
+ * AVX-512 CPUs that have it, else AVX2's (maddubs, plain loads); sdot on
+ * NEON CPUs with the dot-product extension; the scalar spec otherwise. */
+static kvq_i8_gemv_fn i8_kernel(void) {
+    switch (kvq_cpu_isa()) {
+#if defined(__x86_64__)
+    case KVQ_ISA_AVX512: {
+        static int vnni = -1;
+        int v = __atomic_load_n(&vnni, __ATOMIC_ACQUIRE);
+        if (v < 0) {
+            __builtin_cpu_init();
+            v = __builtin_cpu_supports("avx512vnni") != 0;
+            __atomic_store_n(&vnni, v, __ATOMIC_RELEASE);
+        }
+        return v ? kvq_aqlm_i8_gemv_vnni : kvq_aqlm_i8_gemv_avx2;
+    }
+    case KVQ_ISA_AVX2: return kvq_aqlm_i8_gemv_avx2;
+#endif
+#if defined(__aarch64__)
+    case KVQ_ISA_NEON: return kvq_cpu_has_dotprod() ? kvq_aqlm_i8_gemv_neon : kvq_aqlm_i8_gemv_scalar;
+#endif
+    default: return kvq_aqlm_i8_gemv_scalar;
+    }
+}
+
+/* Int8 codewords (w->cbq), any number of tokens: every token quantized once,
+ * then rows split among threads. A few tokens share each pass over a row's
+ * codes (KVQ_GEMV_MAX_T per kernel call); more go through blocks of
+ * KVQ_I8_ROWS rows, all tokens per block, so the codes come from memory once
+ * and the integer dot products, not the tile dequantize + f32 GEMM, take the
+ * prompts too. */
+#define KVQ_I8_ROWS 16
+void kvq_cpu_matmul_i8(const kvq_cpu_weight *w, const float *x, float *y, int n, int nt, void *buf) {
+    kvq_i8_gemv_fn fn = i8_kernel();
+    kvq_i8_act a = kvq_i8_act_at(buf, w->cols, n);
+    if (n == 1) kvq_i8_quantize(&a, x, w->cols, 0, 1); /* a few µs: not worth waking the threads twice */
+#pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads(), r0, r1;
+        if (n > 1) {
+            split(n, T, t, &r0, &r1);
+            kvq_i8_quantize(&a, x, w->cols, r0, r1);
+#pragma omp barrier
+        }
+        split(w->rows, T, t, &r0, &r1);
+        int rb = n <= KVQ_GEMV_MAX_T ? r1 - r0 : KVQ_I8_ROWS;
+        for (int b0 = r0; b0 < r1; b0 += rb) {
+            int b1 = b0 + rb < r1 ? b0 + rb : r1;
+            for (int t0 = 0; t0 < n; t0 += KVQ_GEMV_MAX_T) {
+                int nn = n - t0 < KVQ_GEMV_MAX_T ? n - t0 : KVQ_GEMV_MAX_T;
+                kvq_i8_act at = kvq_i8_act_token(&a, t0);
+                float *yt = y + (size_t)t0 * w->rows;
+                fn(w, &at, nn, yt, (size_t)w->rows, b0, b1);
+                for (int i = 0; i < nn; i++) add_bias(w, yt + (size_t)i * w->rows, b0, b1);
+            }
         }
     }
 }

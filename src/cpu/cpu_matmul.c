@@ -8,7 +8,7 @@
  *    half the bytes), up to KVQ_GEMV_MAX_T tokens per pass over the weight;
  *  - AQLM nbits == 8, n < KVQ_LUT_MAX_N: per-token lookup tables (cpu_aqlm.c);
  *  - AQLM nbits > 8, n < KVQ_GEMV_MAX_N: codeword gather + FMA, like dense;
- *  - AQLM with int8 codewords (opt-in, desc i8), any n: integer dot products (matmul_i8);
+ *  - AQLM with int8 codewords (opt-in, desc i8), any n: integer dot products (cpu_aqlm_i8.c);
  *  - everything else (batched): rows are widened/dequantized a tile at a time
  *    into a per-thread f32 buffer, and the tile is multiplied with all n tokens. */
 #include <omp.h>
@@ -194,31 +194,6 @@ static const kvq_mm_kernels *kernels(void) {
     case KVQ_ISA_NEON: return &k_neon;
 #endif
     default: return &k_scalar;
-    }
-}
-
-/* The int8-codeword kernel (weights with cbq) for the current ISA: VNNI on
- * AVX-512 CPUs that have it, else AVX2's (maddubs, plain loads); sdot on
- * NEON CPUs with the dot-product extension; the scalar spec otherwise. */
-static kvq_i8_gemv_fn i8_kernel(void) {
-    switch (kvq_cpu_isa()) {
-#if defined(__x86_64__)
-    case KVQ_ISA_AVX512: {
-        static int vnni = -1;
-        int v = __atomic_load_n(&vnni, __ATOMIC_ACQUIRE);
-        if (v < 0) {
-            __builtin_cpu_init();
-            v = __builtin_cpu_supports("avx512vnni") != 0;
-            __atomic_store_n(&vnni, v, __ATOMIC_RELEASE);
-        }
-        return v ? kvq_aqlm_i8_gemv_vnni : kvq_aqlm_i8_gemv_avx2;
-    }
-    case KVQ_ISA_AVX2: return kvq_aqlm_i8_gemv_avx2;
-#endif
-#if defined(__aarch64__)
-    case KVQ_ISA_NEON: return kvq_cpu_has_dotprod() ? kvq_aqlm_i8_gemv_neon : kvq_aqlm_i8_gemv_scalar;
-#endif
-    default: return kvq_aqlm_i8_gemv_scalar;
     }
 }
 
@@ -656,40 +631,6 @@ static void matmul_gemv(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const 
     }
 }
 
-/* Int8 codewords (w->cbq), any number of tokens: every token quantized once,
- * then rows split among threads. A few tokens share each pass over a row's
- * codes (KVQ_GEMV_MAX_T per kernel call); more go through blocks of
- * KVQ_I8_ROWS rows, all tokens per block, so the codes come from memory once
- * and the integer dot products, not the tile dequantize + f32 GEMM, take the
- * prompts too. */
-#define KVQ_I8_ROWS 16
-static void matmul_i8(const kvq_cpu_weight *w, const float *x, float *y, int n, int nt, void *buf) {
-    kvq_i8_gemv_fn fn = i8_kernel();
-    kvq_i8_act a = kvq_i8_act_at(buf, w->cols, n);
-    if (n == 1) kvq_i8_quantize(&a, x, w->cols, 0, 1); /* a few µs: not worth waking the threads twice */
-#pragma omp parallel num_threads(nt)
-    {
-        int t = omp_get_thread_num(), T = omp_get_num_threads(), r0, r1;
-        if (n > 1) {
-            split(n, T, t, &r0, &r1);
-            kvq_i8_quantize(&a, x, w->cols, r0, r1);
-#pragma omp barrier
-        }
-        split(w->rows, T, t, &r0, &r1);
-        int rb = n <= KVQ_GEMV_MAX_T ? r1 - r0 : KVQ_I8_ROWS;
-        for (int b0 = r0; b0 < r1; b0 += rb) {
-            int b1 = b0 + rb < r1 ? b0 + rb : r1;
-            for (int t0 = 0; t0 < n; t0 += KVQ_GEMV_MAX_T) {
-                int nn = n - t0 < KVQ_GEMV_MAX_T ? n - t0 : KVQ_GEMV_MAX_T;
-                kvq_i8_act at = kvq_i8_act_token(&a, t0);
-                float *yt = y + (size_t)t0 * w->rows;
-                fn(w, &at, nn, yt, (size_t)w->rows, b0, b1);
-                for (int i = 0; i < nn; i++) add_bias(w, yt + (size_t)i * w->rows, b0, b1);
-            }
-        }
-    }
-}
-
 /* Tile of rows as f32: dense F32 is used in place, the rest lands in buf. */
 static const float *tile_f32(const kvq_mm_kernels *k, const kvq_cpu_weight *w, int r0, int r1, float *buf) {
     if (w->kind == KVQ_CW_DENSE && w->fmt == KVQ_W_F32) return (const float *)w->data + (size_t)r0 * w->cols;
@@ -809,7 +750,7 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
     if (w->cbq) { /* the other kernels have no int8 codewords */
         float *buf = scratch((kvq_i8_act_bytes(w->cols, n) + 3) / 4);
         if (buf)
-            matmul_i8(w, x, y, n, nt, buf);
+            kvq_cpu_matmul_i8(w, x, y, n, nt, buf);
         else
             matmul_slow(w, x, y, n);
         return;

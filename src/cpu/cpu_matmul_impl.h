@@ -270,6 +270,9 @@ static inline kvq_i8_act kvq_i8_act_token(const kvq_i8_act *a, int t) {
     size_t p = (size_t)a->cols_pad * (size_t)t;
     return (kvq_i8_act){a->cols_pad, a->q + p, a->d + p / 32, a->corr + p / 4};
 }
+/* kvq_cpu_matmul of a weight with int8 codewords (w->cbq) on nt threads, buf
+ * holding kvq_i8_act_bytes(w->cols, n) bytes of scratch. */
+void kvq_cpu_matmul_i8(const kvq_cpu_weight *w, const float *x, float *y, int n, int nt, void *buf);
 /* y[t*ldy + o] = W[o] . x_t for o in [r0, r1), t < n <= KVQ_GEMV_MAX_T, from
  * the activations of tokens a (already offset to the first token). */
 typedef void (*kvq_i8_gemv_fn)(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0,
