@@ -89,7 +89,7 @@ size_t kvq_i8_act_bytes(int cols, int n) {
 kvq_i8_act kvq_i8_act_at(void *buf, int cols, int n) {
     size_t p = (size_t)cols_pad(cols) * (size_t)n;
     char *b = buf;
-    return (kvq_i8_act){cols_pad(cols), (const int8_t *)(b + p), (const float *)(b + 2 * p), (const int32_t *)b};
+    return (kvq_i8_act){cols_pad(cols), (const int8_t *)(b + p), (const float *)(b + 2 * p), (const int32_t *)b, 1};
 }
 
 /* round-to-nearest-even of |v| < 2^22 without a libm call, so the loop vectorizes */
@@ -188,9 +188,9 @@ static kvq_i8_gemv_fn i8_kernel(void) {
 /* Int8 codewords (w->cbq), any number of tokens: every token quantized once,
  * then rows split among threads. A few tokens share each pass over a row's
  * codes (KVQ_GEMV_MAX_T per kernel call); more go through blocks of
- * KVQ_I8_ROWS rows, all tokens per block, so the codes come from memory once
- * and the integer dot products, not the tile dequantize + f32 GEMM, take the
- * prompts too. */
+ * KVQ_I8_ROWS rows, all tokens per block, so the codes come from memory once.
+ * Prompts take this path too (the weight keeps no fp16 codebook for the tile
+ * dequantize + f32 GEMM), so prompt and decode compute the same products. */
 #define KVQ_I8_ROWS 16
 void kvq_cpu_matmul_i8(const kvq_cpu_weight *w, const float *x, float *y, int n, int nt, void *buf) {
     kvq_i8_gemv_fn fn = i8_kernel();
@@ -211,6 +211,7 @@ void kvq_cpu_matmul_i8(const kvq_cpu_weight *w, const float *x, float *y, int n,
             for (int t0 = 0; t0 < n; t0 += KVQ_GEMV_MAX_T) {
                 int nn = n - t0 < KVQ_GEMV_MAX_T ? n - t0 : KVQ_GEMV_MAX_T;
                 kvq_i8_act at = kvq_i8_act_token(&a, t0);
+                at.cb_prefetch = b0 == r0 && t0 == 0; /* once per thread, not per block of a prompt */
                 float *yt = y + (size_t)t0 * w->rows;
                 fn(w, &at, nn, yt, (size_t)w->rows, b0, b1);
                 for (int i = 0; i < nn; i++) add_bias(w, yt + (size_t)i * w->rows, b0, b1);

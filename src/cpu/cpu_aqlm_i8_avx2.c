@@ -24,7 +24,7 @@ static inline __attribute__((always_inline)) void rows_avx2(const kvq_cpu_weight
     const int sh = w->cbq_shift;
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * G;
-        kvq_cb_prefetch_slice(w, o - r0);
+        if (a->cb_prefetch) kvq_cb_prefetch_slice(w, o - r0);
         __m256 acc[KVQ_GEMV_MAX_T];
         for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
         for (int b = 0; b < blocks; b++) {

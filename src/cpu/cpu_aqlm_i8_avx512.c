@@ -47,7 +47,7 @@ static VNNI void rows_vnni(const kvq_cpu_weight *w, const kvq_i8_act *a, float *
     const __m512 t2 = _mm512_loadu_ps(w->cbq_cls + 32), t3 = _mm512_loadu_ps(w->cbq_cls + 48);
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * G;
-        kvq_cb_prefetch_slice(w, o - r0);
+        if (a->cb_prefetch) kvq_cb_prefetch_slice(w, o - r0);
         /* two accumulator sets, even and odd steps, indexed by constants only
          * (acc[t][u & 1] went through the stack: a store-forward chain) */
         __m512 ae[KVQ_GEMV_MAX_T], ao[KVQ_GEMV_MAX_T];

@@ -24,7 +24,7 @@ static inline DOTPROD __attribute__((always_inline)) void rows_neon(const kvq_cp
     const int sh = w->cbq_shift;
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * G;
-        kvq_cb_prefetch_slice(w, o - r0);
+        if (a->cb_prefetch) kvq_cb_prefetch_slice(w, o - r0);
         float32x4_t acc[KVQ_GEMV_MAX_T];
         for (int t = 0; t < T; t++) acc[t] = vdupq_n_f32(0.0f);
         for (int g = 0; g < G; g += 16 / IG) {

@@ -257,6 +257,7 @@ typedef struct {
     const int8_t *q;
     const float *d;
     const int32_t *corr;
+    int cb_prefetch; /* 1: the kernel pulls the codebook into L2 over its first rows (a thread's first call) */
 } kvq_i8_act;
 
 /* Bytes of scratch the activations of n tokens of cols values take, and
@@ -268,7 +269,7 @@ void kvq_i8_quantize(const kvq_i8_act *a, const float *x, int cols, int t0, int 
 /* a advanced by t tokens. */
 static inline kvq_i8_act kvq_i8_act_token(const kvq_i8_act *a, int t) {
     size_t p = (size_t)a->cols_pad * (size_t)t;
-    return (kvq_i8_act){a->cols_pad, a->q + p, a->d + p / 32, a->corr + p / 4};
+    return (kvq_i8_act){a->cols_pad, a->q + p, a->d + p / 32, a->corr + p / 4, a->cb_prefetch};
 }
 /* kvq_cpu_matmul of a weight with int8 codewords (w->cbq) on nt threads, buf
  * holding kvq_i8_act_bytes(w->cols, n) bytes of scratch. */
