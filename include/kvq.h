@@ -102,6 +102,11 @@ typedef struct {
     int aqlm_lut8;       /* CPU with AVX-512 VBMI only, opt-in and lossy: 8-bit-code (2x8) AQLM
                             matmuls look up int8 tables instead of int16 ones: faster prompts,
                             ~1% RMS change of each matmul's outputs (README) */
+    int aqlm_i8;         /* CPU only, opt-in and lossy: one-codebook AQLM with 9..16-bit codes
+                            (1x16, 1x16gN) keeps int8 codewords with a scale each and multiplies
+                            them with int8-quantized activations (integer dot products): faster
+                            1x16 matmuls (decode and prompts), ~1% RMS change of their outputs
+                            (README). Takes precedence over aqlm_cb8 on those weights */
     int n_gpu_layers;    /* with a GPU backend: how many of the last layers run on it (with the
                             LM head), the rest on the CPU; -1 (the default) or >= the layer
                             count: all; 0: none (the CPU alone); KVQ_GPU_LAYERS_AUTO: as many as

@@ -338,6 +338,10 @@ static void test_aqlm_shapes(void **state) {
                 check_weight(&w, batch_sizes, 4, what);
                 wdesc_free(&w);
             }
+    wdesc w; /* 8x8 (the catalog's Llama-2-7b): the table kernels of 2x8, eight steps per group */
+    make_aqlm(&w, 70, 13 * 8, 8, 8, 8, 1, 0);
+    check_weight(&w, batch_sizes, 4, "aqlm 8x8 70x104");
+    wdesc_free(&w);
 }
 
 /* Big enough that the row and group splits across threads are really used. */
@@ -509,6 +513,131 @@ static void test_lut8(void **state) {
     wdesc_free(&w);
 }
 
+/* The opt-in int8 codewords (desc i8, one codebook of 9..16-bit codes;
+ * cpu_aqlm_i8.c): every path within KVQ_I8_REL_L2 of the fp16 weights and
+ * above int8's floor (the int8 path is really in use), every output within
+ * the stated bound |r_o| sum_g (s_c/2 |x_g|_1 + |q_c s_c|_1 d_b/2), computed
+ * here from the fp16 codebook (s_c = max|v| of codeword c's class / 127: the
+ * codewords in order of (max|v|, code) in KVQ_I8_CLASSES runs of equal size;
+ * d_b = max|x_b|/127 per 32 values), and every SIMD path within f32 rounding
+ * of the scalar one (the spec of the scheme). Activations get outliers so
+ * block scales differ. Other weights ignore i8. */
+static const float *g_mx; /* for by_mx */
+static int by_mx(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    return g_mx[i] < g_mx[j] ? -1 : g_mx[i] > g_mx[j] ? 1 : (i > j) - (i < j);
+}
+
+static void check_i8(wdesc *w, const char *what) {
+    static const int ns[] = {1, 3, 6, 17};
+    int rows = w->d.rows, cols = w->d.cols, ig = w->d.in_group, G = cols / ig, nmax = 17, K = 1 << w->d.nbits;
+    int used = w->d.n_codebooks == 1;
+    float *x = malloc(sizeof(float) * (size_t)nmax * cols), *y = malloc(sizeof(float) * (size_t)nmax * rows);
+    float *yr = malloc(sizeof(float) * (size_t)nmax * rows), *ys = malloc(sizeof(float) * (size_t)nmax * rows);
+    float *bound = malloc(sizeof(float) * (size_t)nmax * rows), *cs = malloc(sizeof(float) * (size_t)K);
+    float *l1 = malloc(sizeof(float) * (size_t)K), *db = malloc(sizeof(float) * (size_t)(cols + 31) / 32);
+    assert_true(x && y && yr && ys && bound && cs && l1 && db);
+    tu_rand_fill(x, (size_t)nmax * cols, &rng);
+    for (size_t i = 0; i < (size_t)nmax * cols; i += 37) x[i] *= 20.0f;
+    float *mx = malloc(sizeof(float) * (size_t)K);
+    int *order = malloc(sizeof(int) * (size_t)K);
+    assert_true(mx && order);
+    for (int c = 0; c < K && used; c++) {
+        mx[c] = l1[c] = 0.0f, order[c] = c;
+        for (int j = 0; j < ig; j++) {
+            float v = fabsf(kvq_f16_to_f32(kvq_rd_u16(w->d.codebooks, (size_t)c * ig + j)));
+            mx[c] = v > mx[c] ? v : mx[c], l1[c] += v;
+        }
+    }
+    g_mx = mx;
+    if (used) qsort(order, (size_t)K, sizeof *order, by_mx);
+    for (int n = 0, per = K / KVQ_I8_CLASSES; n < K && used; n++) { /* s_c and |v_c|_1 + ig * s_c / 2 >= |q_c s_c|_1 */
+        int c = order[n];
+        cs[c] = mx[order[n / per * per + per - 1]] / 127.0f;
+        l1[c] += (float)ig * cs[c] / 2.0f;
+    }
+    free(mx), free(order);
+    for (int t = 0; t < nmax && used; t++) {
+        const float *xt = x + (size_t)t * cols;
+        for (int b = 0; b < (cols + 31) / 32; b++) {
+            float mx = 0.0f;
+            for (int k = b * 32; k < cols && k < b * 32 + 32; k++) mx = fabsf(xt[k]) > mx ? fabsf(xt[k]) : mx;
+            db[b] = mx / 127.0f;
+        }
+        for (int o = 0; o < rows; o++) {
+            double e = 0.0;
+            for (int g = 0; g < G; g++) {
+                uint32_t c = kvq_aqlm_code(&w->d, (size_t)o, (size_t)g, 0);
+                double xl1 = 0.0;
+                for (int j = 0; j < ig; j++) xl1 += fabs(xt[g * ig + j]);
+                e += cs[c] / 2.0 * xl1 + l1[c] * db[g * ig / 32] / 2.0;
+            }
+            bound[(size_t)t * rows + o] = (float)(e * fabs(kvq_f16_to_f32(kvq_rd_u16(w->d.scales, (size_t)o))));
+        }
+    }
+    kvq_isa saved = kvq_cpu_isa();
+    w->d.i8 = 1;
+    for (int i = 0; i < 4; i++) {
+        int n = ns[i];
+        kvq_ref_matmul(&w->d, x, yr, n);
+        path pa;
+        for (int pi = 0; path_get(pi, &pa); pi++) {
+            int nt = 1 + (i + pi) % 3;
+            kvq_cpu_weight *cw = path_matmul(&w->d, x, y, n, nt, what);
+            double e = tu_rel_l2(y, yr, (size_t)n * rows);
+            if (!used) {
+                if (!(e <= path_tol(&pa, &w->d, n)))
+                    fail_msg("%s n=%d path=%s: i8 moved a weight it does not apply to (%.3g)", what, n, path_name(&pa), e);
+                kvq_cpu_weight_free(cw);
+                continue;
+            }
+            if (!(e <= KVQ_I8_REL_L2 && e > 1e-4))
+                fail_msg("%s n=%d path=%s threads=%d: rel L2 %.3g, not in (1e-4, %.0e]", what, n, path_name(&pa), nt, e,
+                         KVQ_I8_REL_L2);
+            for (size_t k = 0; k < (size_t)n * rows; k++) {
+                double d = fabs(y[k] - yr[k]), b = bound[k] * 1.001 + 1e-5 * (fabs(yr[k]) + 1.0);
+                if (!(d <= b))
+                    fail_msg("%s n=%d path=%s: token %zu row %zu off by %.3g > bound %.3g", what, n, path_name(&pa),
+                             k / (size_t)rows, k % (size_t)rows, d, b);
+            }
+            if (pi == 0) {
+                memcpy(ys, y, sizeof(float) * (size_t)n * rows);
+            } else {
+                double es = tu_rel_l2(y, ys, (size_t)n * rows);
+                if (!(es <= 1e-5)) fail_msg("%s n=%d path=%s threads=%d: rel L2 to scalar %.3g", what, n, path_name(&pa), nt, es);
+            }
+            if (i == 0) print_message("%s n=%d path=%s: rel L2 %.2e (bound %.0e)\n", what, n, path_name(&pa), e, KVQ_I8_REL_L2);
+            kvq_cpu_weight_free(cw);
+        }
+    }
+    path_reset(saved);
+    w->d.i8 = 0;
+    free(x), free(y), free(yr), free(ys), free(bound), free(cs), free(l1), free(db);
+}
+
+static void test_i8(void **state) {
+    (void)state;
+    wdesc w;
+    make_aqlm(&w, 37, 13 * 8, 1, 16, 8, 2, 1); /* odd group count (a short last step), bias */
+    check_i8(&w, "i8 1x16 37x104");
+    wdesc_free(&w);
+    make_aqlm(&w, 70, 13 * 16, 1, 16, 16, 2, 0); /* g16 */
+    check_i8(&w, "i8 1x16g16 70x208");
+    wdesc_free(&w);
+    make_aqlm(&w, 40, 96, 1, 12, 8, 2, 0); /* 12-bit codes */
+    check_i8(&w, "i8 1x12 40x96");
+    wdesc_free(&w);
+    make_aqlm(&w, 301, 1032, 1, 16, 8, 2, 0); /* several threads and row blocks, 1032 = 16 * 64 + 8 */
+    check_i8(&w, "i8 1x16 301x1032");
+    wdesc_free(&w);
+    make_aqlm(&w, 37, 64, 2, 16, 8, 2, 0); /* two codebooks: i8 ignored */
+    check_i8(&w, "i8 2x16 37x64");
+    wdesc_free(&w);
+    make_aqlm(&w, 37, 104, 2, 8, 8, 1, 0); /* 8-bit codes: i8 ignored */
+    check_i8(&w, "i8 2x8 37x104");
+    wdesc_free(&w);
+}
+
 static void expect_reject(kvq_weight_desc d, const char *why) {
     d.name = "model.layers.7.mlp.odd_proj";
     kvq_cpu_weight *cw = kvq_cpu_weight_new(&d);
@@ -552,7 +681,7 @@ static void test_unsupported(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ref_tiny_aqlm), cmocka_unit_test(test_dense),      cmocka_unit_test(test_aqlm_shapes),
-        cmocka_unit_test(test_threaded),      cmocka_unit_test(test_cb8),     cmocka_unit_test(test_lut8),
+        cmocka_unit_test(test_threaded),      cmocka_unit_test(test_cb8),     cmocka_unit_test(test_lut8),     cmocka_unit_test(test_i8),
         cmocka_unit_test(test_unsupported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,7 +19,7 @@ static const char *P = "kvq-bench model";
 static int print_plan(const char *dir, const kvq_model_params *mp);
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8] [--plan] [--profile]\n"
+    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8] [--aqlm-i8] [--plan] [--profile]\n"
                "       kvq-bench model --synthetic NAME --scheme 2x8|1x16 [--synthetic-dir D]\n"
                "  -m      model directory (default: the demo model)\n"
                "  --synthetic  a real-shape AQLM checkpoint with random codes, written once under D: llama2-7b,\n"
@@ -31,6 +31,8 @@ static int usage(FILE *f) {
                "  --backend auto|cpu|vulkan, --device N|NAME (GPU), -ngl N|auto (the last N layers on the GPU)\n"
                "  --aqlm-cb8  CPU: 1x16 AQLM codebooks as int8 (opt-in, lossy; see README)\n"
                "  --aqlm-lut8 CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (opt-in, lossy; see README)\n"
+               "  --aqlm-i8   CPU: 1x16 AQLM through int8 codewords and int8 dot products (opt-in, lossy; see README);\n"
+               "              a --synthetic 1x16 run also decodes with it on a second load (tg_i8_tps, tg_i8_speedup)\n"
                "  --profile  GPU: time and GB/s per op kind over the decoded tokens (commands run one at a time)\n"
                "  --plan  print the load plan (weights, KV cache of -p + -n positions per backend, device\n"
                "          allocations) and exit without loading weights; --synthetic then writes only headers\n"
@@ -62,6 +64,53 @@ static double cpu_seconds(void) {
     return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
+/* Decode tok/s of dir loaded with mp plus aqlm_i8 (1x16 through int8 dot
+ * products): the same -p prompt, then tg tokens timed, best of reps. Run on
+ * its own load before the main one, so the two never share memory. 0 on
+ * failure (printed). */
+static double i8_decode_tps(const char *dir, const kvq_model_params *mp0, long pp, long tg, long reps, int tk, int tv) {
+    kvq_model_params mp = *mp0;
+    mp.aqlm_i8 = 1;
+    kvq_model *m;
+    kvq_context *c = NULL;
+    kvq_context_params cp = kvq_context_default_params();
+    cp.n_ctx = (int)(pp + tg), cp.n_batch = (int)pp, cp.type_k = (kvq_cache_type)tk, cp.type_v = (kvq_cache_type)tv;
+    if (kvq_model_load(dir, &mp, &m) != KVQ_OK || kvq_context_new(m, &cp, &c) != KVQ_OK) {
+        fprintf(stderr, "%s: aqlm_i8 run: %s\n", P, kvq_last_error());
+        return 0;
+    }
+    int nv = kvq_model_n_vocab(m);
+    int32_t *ids = malloc(sizeof *ids * (size_t)pp);
+    double best = 1e30, best_pp = 1e30;
+    for (long i = 0; ids && i < pp; i++) ids[i] = (int32_t)((i * 7919 + 13) % nv); /* as the main run */
+    for (long r = 0; ids && r < reps; r++) {
+        kvq_kv_truncate(c, 0);
+        double tp = kvq_tool_now();
+        if (kvq_eval(c, ids, (int)pp) != KVQ_OK) break;
+        double t0 = kvq_tool_now();
+        if (t0 - tp < best_pp) best_pp = t0 - tp;
+        for (long i = 0; i < tg; i++) {
+            int32_t id = ids[i % pp];
+            if (kvq_eval(c, &id, 1) != KVQ_OK) break;
+        }
+        double t = kvq_tool_now() - t0;
+        if (t < best) best = t;
+    }
+    free(ids);
+    kvq_context_free(c);
+    kvq_model_free(m);
+    if (best < 1e30) fprintf(stderr, "%s: aqlm_i8: prompt %.2f tok/s, decode %.2f tok/s\n", P, (double)pp / best_pp, (double)tg / best);
+    return best < 1e30 ? (double)tg / best : 0;
+}
+
+/* " tg_i8_tps=.. tg_i8_speedup=.." for the last line when measured (tg_i8 >= 0), else "". */
+static const char *i8_fields(double tg_i8, double tg_tps) {
+    static char buf[96];
+    buf[0] = 0;
+    if (tg_i8 >= 0) snprintf(buf, sizeof buf, " tg_i8_tps=%.2f tg_i8_speedup=%.3f", tg_i8, tg_tps > 0 ? tg_i8 / tg_tps : 0);
+    return buf;
+}
+
 /* Peak resident set of this process so far, bytes. */
 static double peak_rss(void) {
     struct rusage ru;
@@ -72,7 +121,7 @@ int kvq_bench_model(int argc, char **argv) {
     const char *dir = NULL, *synth = NULL, *scheme = "2x8", *synth_root = NULL, *backend = NULL, *device = NULL;
     int ngl = -1;
     long pp = -1, tg = -1, threads = 0, reps = -1;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0, plan = 0, profile = 0;
+    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0, plan = 0, profile = 0, i8 = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
@@ -91,6 +140,10 @@ int kvq_bench_model(int argc, char **argv) {
         if (!strcmp(a, "--profile")) {
             setenv("KVQ_VK_PROFILE", "1", 1); /* read when the GPU backend starts */
             profile = 1;
+            continue;
+        }
+        if (!strcmp(a, "--aqlm-i8")) {
+            i8 = 1;
             continue;
         }
         if (!v) return kvq_tool_die(P, "unknown option or missing value: %s (see --help)", a);
@@ -134,9 +187,12 @@ int kvq_bench_model(int argc, char **argv) {
     mp.device = device;
     mp.aqlm_cb8 = cb8;
     mp.aqlm_lut8 = lut8;
+    mp.aqlm_i8 = i8;
     mp.plan_ctx = (int)(pp + tg);
     mp.plan_type_k = tk, mp.plan_type_v = tv;
     if (plan) return print_plan(dir, &mp);
+    /* 1x16 synthetic: decode with aqlm_i8 too, for tg_i8_tps / tg_i8_speedup */
+    double tg_i8 = synth && !strncmp(scheme, "1x16", 4) ? i8_decode_tps(dir, &mp, pp, tg, reps, tk, tv) : -1;
     kvq_model *m;
     double t_load = kvq_tool_now(), cpu_load = cpu_seconds();
     if (kvq_model_load(dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
@@ -225,8 +281,9 @@ int kvq_bench_model(int argc, char **argv) {
     printf("load %.2f s (%.2f s CPU); peak RSS %.2f GB = %.2fx (checkpoint tensors %.2f GB + KV cache %.2f GB)\n", t_load,
            cpu_load, rss / 1e9, rss_ratio, ckpt_bytes / 1e9, kv_bytes / 1e9);
     if (synth)
-        printf("model synthetic=%s scheme=%s pp_tps=%.2f tg_tps=%.2f bound_tps=%.2f tg_bw_ratio=%.3f rss_ratio=%.3f", synth,
-               scheme, (double)pp / best_pp, tg_tps, bound, bound > 0 ? tg_tps / bound : 0, rss_ratio);
+        printf("model synthetic=%s scheme=%s pp_tps=%.2f tg_tps=%.2f bound_tps=%.2f tg_bw_ratio=%.3f rss_ratio=%.3f%s", synth,
+               scheme, (double)pp / best_pp, tg_tps, bound, bound > 0 ? tg_tps / bound : 0, rss_ratio,
+               i8_fields(tg_i8, tg_tps));
     else
         printf("model pp=%ld tg=%ld pp_tps=%.1f tg_tps=%.1f tg_bw_ratio=%.2f sample_greedy_us=%.1f sample_default_us=%.1f "
            "sample_default_128k_us=%.1f", pp, tg, (double)pp / best_pp, tg_tps,

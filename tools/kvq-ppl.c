@@ -27,6 +27,7 @@ static void usage(FILE *f) {
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
+            "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (faster, ~1%% matmul change)\n"
             "  -h, --help            this help\n"
             "  --version             print the version\n"
             "Last stdout line: ppl = <value>\n");
@@ -78,10 +79,10 @@ int main(int argc, char **argv) {
     if (kvq_tool_version(P, argc, argv)) return 0;
     const char *model = NULL, *file = NULL, *backend = NULL, *device = NULL;
     long n_ctx = 512, chunks = 0, n_batch = 0, threads = 0;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1, cb8 = 0, lut8 = 0, ngl = -1;
+    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1, cb8 = 0, lut8 = 0, i8 = 0, ngl = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate", "--aqlm-cb8", "--aqlm-lut8"};
+        static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate", "--aqlm-cb8", "--aqlm-lut8", "--aqlm-i8"};
         static const char *const valued[] = {"-m", "--model", "-f", "--file", "--backend", "--device", "-c", "--ctx-size", "--chunks",
                                              "-b", "--batch-size", "-t", "--threads", "-ctk", "--cache-type-k", "-ctv",
                                              "--cache-type-v", "--kl-base", "-ngl", "--n-gpu-layers"};
@@ -95,6 +96,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-kv-rotate")) rot = 0;
         else if (!strcmp(a, "--aqlm-cb8")) cb8 = 1;
         else if (!strcmp(a, "--aqlm-lut8")) lut8 = 1;
+        else if (!strcmp(a, "--aqlm-i8")) i8 = 1;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
         else if (!strcmp(a, "--backend")) backend = v;
@@ -137,6 +139,7 @@ int main(int argc, char **argv) {
     mp.device = device;
     mp.aqlm_cb8 = cb8;
     mp.aqlm_lut8 = lut8;
+    mp.aqlm_i8 = i8;
     kvq_model *m;
     if (kvq_model_load(model, &mp, &m) != KVQ_OK) {
         free(text);

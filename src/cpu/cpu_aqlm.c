@@ -18,7 +18,8 @@
  * and codes are copied into one huge-page block (gather_block: read from the
  * page-cache mapping they ran at half speed). With the opt-in int8 codebook
  * (desc cb8) a one-codebook GATHER weight holds an int8 codebook instead of
- * the fp16 one. */
+ * the fp16 one, and with desc i8 int8 codewords with scales by class
+ * (cpu_aqlm_i8.c). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -120,13 +121,16 @@ static void repack_codes(kvq_cpu_weight *w, const kvq_weight_desc *d) {
         }
     } else {
         uint16_t *dst = w->codes;
+        const uint16_t *perm = w->cbq_perm; /* int8 codewords: renumbered (cpu_aqlm_i8.c) */
         long n_rows = (long)rows;
 #pragma omp parallel for schedule(static)
         for (long o = 0; o < n_rows; o++)
             for (size_t i = (size_t)o * S; i < (size_t)(o + 1) * S; i++) {
-                uint32_t c = d->code_bytes == 1 ? ((const uint8_t *)d->codes)[i] : kvq_rd_u16(d->codes, i);
-                dst[i] = (uint16_t)(c & mask);
+                uint32_t c = (d->code_bytes == 1 ? ((const uint8_t *)d->codes)[i] : kvq_rd_u16(d->codes, i)) & mask;
+                dst[i] = perm ? perm[c] : (uint16_t)c;
             }
+        free(w->cbq_perm);
+        w->cbq_perm = NULL;
     }
 }
 
@@ -163,15 +167,19 @@ static void codebook_int8(kvq_cpu_weight *w, const kvq_weight_desc *d, size_t n,
  * The mapping's pages are released afterwards, so memory holds each once;
  * the copy costs load time (2.4 GB for a 7B 1x16). */
 static int gather_block(kvq_cpu_weight *w, const kvq_weight_desc *d, size_t n_cb, size_t n_codes) {
-    float mx = d->cb8 && w->M == 1 ? cb8_max(d, n_cb) : 0.0f;
-    int int8 = d->cb8 && w->M == 1 && mx <= FLT_MAX;
-    size_t cb_bytes = (n_cb * (int8 ? 1 : 2) + 63) / 64 * 64;
+    float mx = (d->cb8 || d->i8) && w->M == 1 ? cb8_max(d, n_cb) : 0.0f;
+    int i8 = d->i8 && w->M == 1 && mx <= FLT_MAX; /* int8 codewords, integer dot products (cpu_aqlm_i8.c) */
+    int int8 = !i8 && d->cb8 && w->M == 1 && mx <= FLT_MAX;
+    size_t cb_used = i8 ? kvq_i8_codebook_bytes(w) : n_cb * (int8 ? 1 : 2), cb_bytes = (cb_used + 63) / 64 * 64;
     uint8_t *block = alloc_for(cb_bytes + n_codes * 2, 1, w, d);
     if (!block) return KVQ_ERR_NOMEM;
     w->owned |= KVQ_OWN_BLOCK;
     w->block = block;
-    w->bytes -= cb_bytes - n_cb * (int8 ? 1 : 2); /* count what the kernels read */
-    if (int8) {
+    w->bytes -= cb_bytes - cb_used; /* count what the kernels read */
+    if (i8) {
+        int st = kvq_i8_codebook(w, d, block);
+        if (st != KVQ_OK) return st;
+    } else if (int8) {
         codebook_int8(w, d, n_cb, mx, (int8_t *)block);
     } else {
         w->cb16 = (uint16_t *)block;

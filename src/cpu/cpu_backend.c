@@ -14,9 +14,10 @@ struct kvq_bctx {
     int n_threads;
     int aqlm_cb8;  /* kvq_backend_opts.aqlm_cb8, passed to every weight */
     int aqlm_lut8; /* kvq_backend_opts.aqlm_lut8, likewise */
+    int aqlm_i8;   /* kvq_backend_opts.aqlm_i8, likewise */
     kvq_status err; /* first failure of an op since the last buf_read (ops cannot fail individually) */
     char err_msg[256]; /* its message, for buf_read to report */
-    char desc[96];
+    char desc[128];
 };
 
 /* Keeps the first failure of an op (and its one-line message) for the next buf_read. */
@@ -52,8 +53,10 @@ static kvq_status cpu_init(const kvq_backend_opts *o, kvq_bctx **out) {
     b->n_threads = o && o->n_threads > 0 ? o->n_threads : omp_get_num_procs();
     b->aqlm_cb8 = o && o->aqlm_cb8;
     b->aqlm_lut8 = o && o->aqlm_lut8;
-    snprintf(b->desc, sizeof b->desc, "cpu: %d threads, %s%s%s", b->n_threads, kvq_isa_name(kvq_cpu_isa()),
-             b->aqlm_cb8 ? ", int8 AQLM codebooks" : "", b->aqlm_lut8 ? ", int8 AQLM tables" : "");
+    b->aqlm_i8 = o && o->aqlm_i8;
+    snprintf(b->desc, sizeof b->desc, "cpu: %d threads, %s%s%s%s", b->n_threads, kvq_isa_name(kvq_cpu_isa()),
+             b->aqlm_cb8 ? ", int8 AQLM codebooks" : "", b->aqlm_lut8 ? ", int8 AQLM tables" : "",
+             b->aqlm_i8 ? ", int8 1x16 AQLM dot products" : "");
     *out = b;
     return KVQ_OK;
 }
@@ -103,6 +106,7 @@ static kvq_wt *cpu_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
     kvq_weight_desc dd = *d;
     dd.cb8 = b->aqlm_cb8;
     dd.lut8 = b->aqlm_lut8;
+    dd.i8 = b->aqlm_i8;
     w->w = kvq_cpu_weight_new(&dd);
     /* f32 copies of small dense tensors: norm gains (one row, or one per head for q/k norms) */
     int small = d->rows == 1 || (d->fmt != KVQ_W_AQLM && d->rows <= 128 && (size_t)d->rows * d->cols <= ((size_t)1 << 20));

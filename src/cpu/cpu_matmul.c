@@ -8,6 +8,7 @@
  *    half the bytes), up to KVQ_GEMV_MAX_T tokens per pass over the weight;
  *  - AQLM nbits == 8, n < KVQ_LUT_MAX_N: per-token lookup tables (cpu_aqlm.c);
  *  - AQLM nbits > 8, n < KVQ_GEMV_MAX_N: codeword gather + FMA, like dense;
+ *  - AQLM with int8 codewords (opt-in, desc i8), any n: integer dot products (cpu_aqlm_i8.c);
  *  - everything else (batched): rows are widened/dequantized a tile at a time
  *    into a per-thread f32 buffer, and the tile is multiplied with all n tokens. */
 #include <omp.h>
@@ -217,6 +218,7 @@ void kvq_cpu_weight_free(kvq_cpu_weight *w) {
     kvq_free_aligned(w->cb);
     kvq_free_aligned(w->cb_t);
     kvq_free_aligned(w->scales);
+    free(w->cbq_perm);
     free(w);
 }
 
@@ -729,12 +731,30 @@ static void matmul_blas(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const 
 }
 #endif
 
+/* No memory for scratch: one value at a time, slow but correct. */
+static void matmul_slow(const kvq_cpu_weight *w, const float *x, float *y, int n) {
+    for (int t = 0; t < n; t++)
+        for (int o = 0; o < w->rows; o++) {
+            float acc = 0.0f;
+            for (int c = 0; c < w->cols; c++) acc += weight_at(w, o, c) * x[(size_t)t * w->cols + c];
+            y[(size_t)t * w->rows + o] = acc + (w->bias ? w->bias[o] : 0.0f);
+        }
+}
+
 void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, int n_threads) {
     if (n <= 0) return;
     const kvq_mm_kernels *k = kernels();
     size_t work = (size_t)w->rows * (size_t)w->cols * (size_t)n;
     int nt = threads_for(n_threads, work);
 
+    if (w->cbq) { /* the other kernels have no int8 codewords */
+        float *buf = scratch((kvq_i8_act_bytes(w->cols, n) + 3) / 4);
+        if (buf)
+            kvq_cpu_matmul_i8(w, x, y, n, nt, buf);
+        else
+            matmul_slow(w, x, y, n);
+        return;
+    }
     int batch_lutq = n >= KVQ_LUTQ_MIN_N && (n < KVQ_LUTQ_MAX_N || !amx_ready()) && k->lutq_gemm && (size_t)w->G * w->M <= 65536;
     if (w->kind == KVQ_CW_AQLM_LUT && batch_lutq) {
         int tm = lutq_chunk(w);
@@ -780,13 +800,8 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
     }
 #endif
     float *bufs = scratch((size_t)nt * tile_rows(w) * w->cols);
-    if (!bufs) { /* no memory for scratch: one value at a time, slow but correct */
-        for (int t = 0; t < n; t++)
-            for (int o = 0; o < w->rows; o++) {
-                float acc = 0.0f;
-                for (int c = 0; c < w->cols; c++) acc += weight_at(w, o, c) * x[(size_t)t * w->cols + c];
-                y[(size_t)t * w->rows + o] = acc + (w->bias ? w->bias[o] : 0.0f);
-            }
+    if (!bufs) {
+        matmul_slow(w, x, y, n);
         return;
     }
     matmul_tiled(k, w, x, y, n, nt, bufs);

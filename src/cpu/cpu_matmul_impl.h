@@ -69,6 +69,15 @@ struct kvq_cpu_weight {
     int8_t *cb8;
     float cb8_scale;
     int lut8;       /* LUT with kvq_weight_desc.lut8: int8 tables where the kernels have them (lut8_*) */
+    /* GATHER with kvq_weight_desc.i8 and M == 1 (cpu_aqlm_i8.c): int8
+     * codewords [2^nbits][ig] (cb16 and cb8 are then NULL), renumbered at
+     * load so that their scales come in KVQ_I8_CLASSES classes of equal
+     * size: codeword c's scale is cbq_cls[c >> cbq_shift]. Every matmul of
+     * the weight takes the integer-dot-product kernels on int8 activations. */
+    int8_t *cbq;
+    int cbq_shift;
+    float cbq_cls[64];
+    uint16_t *cbq_perm; /* during the upload only: old code -> new code */
     float *scales;  /* f32 [rows_pad], zero past rows */
 };
 
@@ -149,6 +158,7 @@ static inline uint32_t kvq_cw_code(const kvq_cpu_weight *w, size_t o, size_t g, 
 /* Value j of codeword c of codebook m, whichever form the weight keeps. */
 static inline float kvq_cw_val(const kvq_cpu_weight *w, size_t m, uint32_t c, size_t j) {
     size_t i = (m * ((size_t)1 << w->nbits) + c) * (size_t)w->ig + j;
+    if (w->cbq) return (float)w->cbq[i] * w->cbq_cls[c >> w->cbq_shift];
     if (w->cb8) return (float)w->cb8[i] * w->cb8_scale;
     return w->cb ? w->cb[i] : kvq_f16_to_f32(w->cb16[i]);
 }
@@ -235,6 +245,61 @@ void kvq_aqlm_lutq_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts, size_t 
                              float *y, size_t ldy, int r0, int r1);
 #endif
 
+/* ---- int8 codewords and activations (kvq_weight_desc.i8; cpu_aqlm_i8.c) ----
+ * Activations are quantized per token in blocks of 32 values: d = max|x| / 127,
+ * q = round(x / d). One token's values are padded with zeros to cols_pad (a
+ * multiple of 64: one AVX-512 step of 8 codewords of 8). For token t:
+ * q + t*cols_pad, its block scales d + t*(cols_pad/32), and for the VNNI
+ * kernel (unsigned x signed: codewords go in as q ^ 0x80 = q + 128) the
+ * offset's correction corr + t*(cols_pad/4): -128 * the sum of each 4 q. */
+typedef struct {
+    int cols_pad;
+    const int8_t *q;
+    const float *d;
+    const int32_t *corr;
+    int cb_prefetch; /* 1: the kernel pulls the codebook into L2 over its first rows (a thread's first call) */
+} kvq_i8_act;
+
+/* Bytes of scratch the activations of n tokens of cols values take, and
+ * their layout in such a buffer (64-byte aligned). */
+size_t kvq_i8_act_bytes(int cols, int n);
+kvq_i8_act kvq_i8_act_at(void *buf, int cols, int n);
+/* Quantizes tokens [t0, t1) of x (token t at x + t*cols) into a. */
+void kvq_i8_quantize(const kvq_i8_act *a, const float *x, int cols, int t0, int t1);
+/* a advanced by t tokens. */
+static inline kvq_i8_act kvq_i8_act_token(const kvq_i8_act *a, int t) {
+    size_t p = (size_t)a->cols_pad * (size_t)t;
+    return (kvq_i8_act){a->cols_pad, a->q + p, a->d + p / 32, a->corr + p / 4, a->cb_prefetch};
+}
+/* kvq_cpu_matmul of a weight with int8 codewords (w->cbq) on nt threads, buf
+ * holding kvq_i8_act_bytes(w->cols, n) bytes of scratch. */
+void kvq_cpu_matmul_i8(const kvq_cpu_weight *w, const float *x, float *y, int n, int nt, void *buf);
+/* y[t*ldy + o] = W[o] . x_t for o in [r0, r1), t < n <= KVQ_GEMV_MAX_T, from
+ * the activations of tokens a (already offset to the first token). */
+typedef void (*kvq_i8_gemv_fn)(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0,
+                               int r1);
+void kvq_aqlm_i8_gemv_scalar(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0, int r1);
+#if defined(__x86_64__)
+void kvq_aqlm_i8_gemv_avx2(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0, int r1);
+void kvq_aqlm_i8_gemv_vnni(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0, int r1);
+#endif
+#if defined(__aarch64__)
+int kvq_cpu_has_dotprod(void);
+void kvq_aqlm_i8_gemv_neon(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0, int r1);
+#endif
+/* The int8 codebook of a GATHER weight with desc i8 (cpu_aqlm.c's upload,
+ * finite codebooks only): the bytes it needs, and filling it at dst (64-byte
+ * aligned), which sets w->cbq, cbq_shift, cbq_cls and cbq_perm (the codes'
+ * renumbering, which the upload applies and frees); KVQ_ERR_NOMEM when the
+ * sort's scratch is not there. */
+#define KVQ_I8_CLASSES 64
+size_t kvq_i8_codebook_bytes(const kvq_cpu_weight *w);
+int kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst);
+/* Accuracy of the int8 path against the fp16 weights in f32 (rel L2 over a
+ * matmul's outputs, random weights and activations: ~6e-3) that
+ * tests/test_matmul.c holds it to, next to the per-output bound stated there. */
+#define KVQ_I8_REL_L2 2e-2
+
 /* Codeword gathers from a cold codebook (1 MB for 1x16, a different one per
  * matrix) wait on DRAM line by line, so the gather kernels call this for
  * each of their first KVQ_CB_PREFETCH_ROWS rows (i = row - r0): each call
@@ -243,8 +308,9 @@ void kvq_aqlm_lutq_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts, size_t 
 #define KVQ_CB_PREFETCH_ROWS 16
 static inline void kvq_cb_prefetch_slice(const kvq_cpu_weight *w, int i) {
     if (i >= KVQ_CB_PREFETCH_ROWS) return;
-    const char *p = w->cb8 ? (const char *)w->cb8 : (const char *)w->cb16;
-    size_t bytes = ((size_t)w->M << w->nbits) * (size_t)w->ig * (w->cb8 ? 1 : 2), slice = bytes / KVQ_CB_PREFETCH_ROWS + 64;
+    const char *p = w->cbq ? (const char *)w->cbq : w->cb8 ? (const char *)w->cb8 : (const char *)w->cb16;
+    size_t bytes = ((size_t)w->M << w->nbits) * (size_t)w->ig * (w->cb8 || w->cbq ? 1 : 2);
+    size_t slice = bytes / KVQ_CB_PREFETCH_ROWS + 64;
     for (size_t b = (size_t)i * slice; b < (size_t)(i + 1) * slice && b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
 }
 

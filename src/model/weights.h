@@ -53,6 +53,10 @@ typedef struct {
     /* 1: an AQLM weight with 8-bit codes may be looked up through int8 tables
      * (lossy; the CPU backend's opt-in, AVX-512 VBMI only). */
     int lut8;
+    /* 1: an AQLM weight with one codebook of 9..16-bit codes (1x16) may keep
+     * int8 codewords with a scale each and multiply them with int8-quantized
+     * activations (lossy; the CPU backend's opt-in). */
+    int i8;
 } kvq_weight_desc;
 
 /* Code value for (row o, group g, codebook m), already reduced mod 2^nbits. */

@@ -39,7 +39,8 @@ static void check(const kvq_weight_desc *d, const char *what) {
     int rows = d->rows, cols = d->cols;
     float *x = malloc(sizeof(float) * 17 * (size_t)cols), *y = malloc(sizeof(float) * 17 * (size_t)rows),
           *yr = malloc(sizeof(float) * 17 * (size_t)rows), *ys = malloc(sizeof(float) * 17 * (size_t)rows);
-    int cb8 = d->cb8 && d->n_codebooks == 1 && d->nbits > 8; /* int8 codebook: scalar is the spec, fp16 within the bound */
+    /* int8 codebook (cb8) or int8 codewords and dot products (i8): scalar is the spec, fp16 within the bound */
+    int cb8 = (d->cb8 || d->i8) && d->n_codebooks == 1 && d->nbits > 8;
     for (size_t i = 0; i < 17 * (size_t)cols; i++) x[i] = randf();
     for (int ni = 0; ni < 3; ni++) {
         int n = ns[ni];
@@ -59,10 +60,11 @@ static void check(const kvq_weight_desc *d, const char *what) {
             double e = rel_l2(y, yr, (size_t)n * rows);
             g_cases++;
             if (cb8) {
-                tol = KVQ_CB8_REL_L2;
+                tol = d->i8 ? KVQ_I8_REL_L2 : KVQ_CB8_REL_L2;
                 if (isa == KVQ_ISA_SCALAR) memcpy(ys, y, sizeof(float) * (size_t)n * rows);
                 else if (!(rel_l2(y, ys, (size_t)n * rows) <= 1e-5)) {
-                    printf("FAIL %s n=%d: NEON vs scalar on the int8 codebook %.3g\n", what, n, rel_l2(y, ys, (size_t)n * rows));
+                    printf("FAIL %s n=%d: NEON vs scalar on the int8 codebook %.3g (sdot: %d)\n", what, n,
+                           rel_l2(y, ys, (size_t)n * rows), kvq_cpu_has_dotprod());
                     g_fail = 1;
                 }
             }
@@ -97,7 +99,7 @@ static void dense_case(kvq_wformat f, int rows, int cols, int off) {
     free(block);
 }
 
-static void aqlm_case(int rows, int cols, int M, int nbits, int ig, int off, int cb8) {
+static void aqlm_case(int rows, int cols, int M, int nbits, int ig, int off, int cb8) { /* cb8 2: i8 instead */
     int cbytes = nbits > 8 ? 2 : 1;
     size_t n_codes = (size_t)rows * (cols / ig) * M, K = (size_t)1 << nbits;
     char *codes = malloc(n_codes * cbytes + 1), *cb = malloc((size_t)M * K * ig * 2 + 1), *sc = malloc((size_t)rows * 2 + 1);
@@ -112,7 +114,7 @@ static void aqlm_case(int rows, int cols, int M, int nbits, int ig, int off, int
     }
     kvq_weight_desc d = {.fmt = KVQ_W_AQLM, .rows = rows, .cols = cols, .n_codebooks = M, .nbits = nbits, .in_group = ig,
                          .code_bytes = cbytes, .codes = codes + off, .codebooks = cb + off, .scales = sc + off,
-                         .name = "aqlm", .cb8 = cb8};
+                         .name = "aqlm", .cb8 = cb8 == 1, .i8 = cb8 == 2};
     char what[96];
     snprintf(what, sizeof what, "aqlm %dx%d M=%d nbits=%d ig=%d off=%d cb8=%d", rows, cols, M, nbits, ig, off, cb8);
     check(&d, what);
@@ -138,6 +140,10 @@ int main(void) {
     aqlm_case(301, 1024, 1, 16, 8, 0, 0);
     aqlm_case(37, 104, 1, 16, 8, 1, 1); /* int8 codebook (opt-in) */
     aqlm_case(70, 208, 1, 16, 16, 0, 1);
+    if (!kvq_cpu_has_dotprod()) printf("note: no sdot here, the int8 1x16 path runs its scalar kernel\n");
+    aqlm_case(37, 104, 1, 16, 8, 1, 2); /* int8 codewords and dot products (opt-in): odd group count */
+    aqlm_case(70, 208, 1, 16, 16, 0, 2); /* g16 */
+    aqlm_case(301, 1032, 1, 16, 8, 0, 2); /* several threads, a short last step */
     if (g_fail) return 1;
     printf("ok: %d matmul cases, NEON and scalar vs reference\n", g_cases);
     return 0;
