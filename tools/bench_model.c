@@ -16,6 +16,11 @@
 
 static const char *P = "kvq-bench model";
 
+/* bench_depth.c: --depth */
+int kvq_bench_depth_parse(const char *s, int *depths, int max);
+int kvq_bench_depth(kvq_model *m, const int *depths, int nd, long pp, long tg, long reps, int tk, int tv, int types_given);
+#define DEPTHS_MAX 32
+
 static int usage(FILE *f) {
     fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8]\n"
                "       kvq-bench model --synthetic NAME --scheme 2x8|1x16 [--synthetic-dir D]\n"
@@ -28,7 +33,10 @@ static int usage(FILE *f) {
                "  -ctk/-ctv  KV cache types (default f16)\n"
                "  --backend auto|cpu|vulkan, --device N|NAME (GPU), -ngl N|auto (the last N layers on the GPU)\n"
                "  --aqlm-cb8  CPU: 1x16 AQLM codebooks as int8 (opt-in, lossy; see README)\n"
-               "  --aqlm-lut8 CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (opt-in, lossy; see README)\n");
+               "  --aqlm-lut8 CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (opt-in, lossy; see README)\n"
+               "  --depth N,N,...  prompt (-p) and decode (-n) speed after a cache of N positions, one line per depth\n"
+               "          and cache type (f16, q8, q4 unless -ctk/-ctv given), like llama-bench -d: the cache is filled\n"
+               "          to N with random rows instead of a prefill (speed does not depend on its contents)\n");
     return 0;
 }
 
@@ -66,7 +74,8 @@ int kvq_bench_model(int argc, char **argv) {
     const char *dir = NULL, *synth = NULL, *scheme = "2x8", *synth_root = NULL, *backend = NULL, *device = NULL;
     int ngl = -1;
     long pp = -1, tg = -1, threads = 0, reps = -1;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0;
+    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0, types_given = 0;
+    int depths[DEPTHS_MAX], n_depths = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
@@ -91,8 +100,9 @@ int kvq_bench_model(int argc, char **argv) {
         else if (!strcmp(a, "-n")) { if (kvq_tool_parse_int(v, 1, 1 << 20, &tg)) goto bad; }
         else if (!strcmp(a, "-t")) { if (kvq_tool_parse_int(v, 1, 1024, &threads)) goto bad; }
         else if (!strcmp(a, "--reps")) { if (kvq_tool_parse_int(v, 1, 1000, &reps)) goto bad; }
-        else if (!strcmp(a, "-ctk")) { if ((tk = kvq_cache_type_parse(v)) < 0) goto bad; }
-        else if (!strcmp(a, "-ctv")) { if ((tv = kvq_cache_type_parse(v)) < 0) goto bad; }
+        else if (!strcmp(a, "-ctk")) { if ((tk = kvq_cache_type_parse(v)) < 0) goto bad; types_given = 1; }
+        else if (!strcmp(a, "-ctv")) { if ((tv = kvq_cache_type_parse(v)) < 0) goto bad; types_given = 1; }
+        else if (!strcmp(a, "--depth")) { if ((n_depths = kvq_bench_depth_parse(v, depths, DEPTHS_MAX)) < 1) goto bad; }
         else return kvq_tool_die(P, "unknown option '%s' (see --help)", a);
         continue;
     bad:
@@ -122,6 +132,11 @@ int kvq_bench_model(int argc, char **argv) {
     if (kvq_model_load(dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
     t_load = kvq_tool_now() - t_load, cpu_load = cpu_seconds() - cpu_load;
     kvq_tool_report_backend(P, m);
+    if (n_depths) {
+        int rc = kvq_bench_depth(m, depths, n_depths, pp, tg, reps, tk, tv, types_given);
+        kvq_model_free(m);
+        return rc;
+    }
     kvq_context_params cp = kvq_context_default_params();
     cp.n_ctx = (int)(pp + tg);
     cp.n_batch = (int)pp;
