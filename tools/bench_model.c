@@ -64,6 +64,15 @@ static double cpu_seconds(void) {
     return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
+/* Resident set of this process now, bytes (0 if unknown). */
+static double current_rss(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, res = 0;
+    int ok = f && fscanf(f, "%lu %lu", &size, &res) == 2;
+    if (f) fclose(f);
+    return ok ? (double)res * (double)sysconf(_SC_PAGESIZE) : 0.0;
+}
+
 /* Peak resident set of this process so far, bytes. */
 static double peak_rss(void) {
     struct rusage ru;
@@ -149,6 +158,12 @@ int kvq_bench_model(int argc, char **argv) {
     int32_t *ids = malloc(sizeof *ids * (size_t)pp);
     for (long i = 0; i < pp; i++) ids[i] = (int32_t)((i * 7919 + 13) % nv);
     double best_pp = 1e30, best_tg = 1e30;
+    /* peak RSS before the first bandwidth sample's 1 GiB buffer; the work's own peak is
+     * what stays resident after it (the sample buffers are freed) */
+    double rss = peak_rss();
+    const int bw_threads = threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    kvq_bench_bw bws = {0};
+    kvq_bench_bw_sample(&bws, m, bw_threads);
     for (long r = 0; r < reps; r++) {
         kvq_kv_truncate(c, 0);
         double t0 = kvq_tool_now();
@@ -161,8 +176,10 @@ int kvq_bench_model(int argc, char **argv) {
         double t2 = kvq_tool_now();
         if (t1 - t0 < best_pp) best_pp = t1 - t0;
         if (t2 - t1 < best_tg) best_tg = t2 - t1;
+        double now = current_rss();
+        if (now > rss) rss = now;
+        kvq_bench_bw_sample(&bws, m, bw_threads);
     }
-    double rss = peak_rss(); /* before the bandwidth test's 1 GiB buffer */
     /* sampling cost per token on this model's logits, and on a Llama-3-sized vocabulary */
     double smp[4];
     int nv_big = 128256;
@@ -191,7 +208,8 @@ int kvq_bench_model(int argc, char **argv) {
         kvq_sampler_free(s);
     }
     free(big);
-    double bw = kvq_bench_model_bw_gbs(m, threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    kvq_bench_bw_sample(&bws, m, bw_threads);
+    double bw = bws.best;
     double wbytes = (double)kvq_model_step_bytes(m); /* a mixture of experts reads only the experts it picks */
     double kv_avg = (double)kvq_kv_bytes_total(c) * ((double)pp + (double)tg / 2) / (double)(pp + tg);
     double tok_bytes = wbytes + kv_avg, tg_tps = (double)tg / best_tg;
@@ -201,6 +219,8 @@ int kvq_bench_model(int argc, char **argv) {
     printf("prompt %ld tokens: %.1f tok/s\n", pp, (double)pp / best_pp);
     printf("decode %ld tokens: %.1f tok/s, %.2f MB streamed per token, %.1f GB/s, %.0f%% of measured %.1f GB/s\n", tg,
            tg_tps, tok_bytes / 1e6, tok_bytes * tg_tps / 1e9, bw > 0 ? 100 * tok_bytes * tg_tps / 1e9 / bw : 0, bw);
+    printf("bandwidth best_gbs=%.2f worst_gbs=%.2f spread=%.3f samples=%d (before, after each pass, after; the bound uses the best)\n",
+           bws.best, bws.worst, kvq_bench_bw_spread(&bws), bws.n);
     double step = best_tg / (double)tg;
     printf("sampling per token (vocab %d): greedy %.1f us, default sampler %.1f us (temp 0.8, top-k 40, top-p 0.95, "
            "min-p 0.05) = %.1f%% of a decode step\n", nv, smp[0] * 1e6, smp[1] * 1e6, 100 * smp[1] / step);
