@@ -55,6 +55,16 @@ double kvq_bench_model_bw_gbs(const kvq_model *m, int n_threads) {
     return kvq_bench_mem_bw_gbs(n_threads);
 }
 
+void kvq_bench_bw_sample(kvq_bench_bw *bw, const kvq_model *m, int n_threads) {
+    double g = kvq_bench_model_bw_gbs(m, n_threads);
+    if (g <= 0) return;
+    if (bw->n == 0 || g > bw->best) bw->best = g;
+    if (bw->n == 0 || g < bw->worst) bw->worst = g;
+    bw->n++;
+}
+
+double kvq_bench_bw_spread(const kvq_bench_bw *bw) { return bw->n > 1 && bw->best > 0 ? (bw->best - bw->worst) / bw->best : 0.0; }
+
 const kvq_bench_attn_shape KVQ_BENCH_ATTN_SHAPES[2] = {
     {"llama3-8b", 32, 8, 128, 32},
     {"llama2-7b", 32, 32, 128, 32},

@@ -16,6 +16,19 @@ double kvq_bench_mem_bw_gbs(int n_threads);
 struct kvq_model;
 double kvq_bench_model_bw_gbs(const struct kvq_model *m, int n_threads);
 
+/* Bandwidth sampled several times in one run (before the timed work, after each
+ * repetition, after the rest): on a shared machine it drifts by tens of percent within
+ * a minute, so a bound from one sample made tg_bw_ratio wander (0.45-0.79 run to run at
+ * the same tok/s). Bounds use the best sample; the spread shows how much it moved. */
+typedef struct {
+    double best, worst; /* GB/s */
+    int n;
+} kvq_bench_bw;
+/* Adds one kvq_bench_model_bw_gbs sample (a failed one, 0, is not counted). */
+void kvq_bench_bw_sample(kvq_bench_bw *bw, const struct kvq_model *m, int n_threads);
+/* (best - worst) / best; 0 before two samples. */
+double kvq_bench_bw_spread(const kvq_bench_bw *bw);
+
 /* bench_synth.c: the directory of a synthetic real-shape AQLM checkpoint
  * (name: llama2-7b | llama3-8b | mistral-7b, scheme: 2x8 | 1x16) under root
  * (NULL: $TMPDIR/kvq-synth), written first if it is not there yet; *file_bytes

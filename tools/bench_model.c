@@ -17,6 +17,10 @@
 static const char *P = "kvq-bench model";
 
 static int print_plan(const char *dir, const kvq_model_params *mp);
+/* bench_depth.c: --depth */
+int kvq_bench_depth_parse(const char *s, int *depths, int max);
+int kvq_bench_depth(kvq_model *m, const int *depths, int nd, long pp, long tg, long reps, int tk, int tv, int types_given);
+#define DEPTHS_MAX 32
 
 static int usage(FILE *f) {
     fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8] [--aqlm-i8] [--plan] [--profile]\n"
@@ -36,7 +40,10 @@ static int usage(FILE *f) {
                "  --profile  GPU: time and GB/s per op kind over the decoded tokens (commands run one at a time)\n"
                "  --plan  print the load plan (weights, KV cache of -p + -n positions per backend, device\n"
                "          allocations) and exit without loading weights; --synthetic then writes only headers\n"
-               "  With a GPU the last line adds dispatches=, barriers= and submits= per decoded token.\n");
+               "  With a GPU the last line adds dispatches=, barriers= and submits= per decoded token.\n"
+               "  --depth N,N,...  prompt (-p) and decode (-n) speed after a cache of N positions, one line per depth\n"
+               "          and cache type (f16, q8, q4 unless -ctk/-ctv given), like llama-bench -d: the cache is filled\n"
+               "          to N with random rows instead of a prefill (speed does not depend on its contents)\n");
     return 0;
 }
 
@@ -111,6 +118,15 @@ static const char *i8_fields(double tg_i8, double tg_tps) {
     return buf;
 }
 
+/* Resident set of this process now, bytes (0 if unknown). */
+static double current_rss(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, res = 0;
+    int ok = f && fscanf(f, "%lu %lu", &size, &res) == 2;
+    if (f) fclose(f);
+    return ok ? (double)res * (double)sysconf(_SC_PAGESIZE) : 0.0;
+}
+
 /* Peak resident set of this process so far, bytes. */
 static double peak_rss(void) {
     struct rusage ru;
@@ -121,7 +137,8 @@ int kvq_bench_model(int argc, char **argv) {
     const char *dir = NULL, *synth = NULL, *scheme = "2x8", *synth_root = NULL, *backend = NULL, *device = NULL;
     int ngl = -1;
     long pp = -1, tg = -1, threads = 0, reps = -1;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0, plan = 0, profile = 0, i8 = 0;
+    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0, plan = 0, profile = 0, i8 = 0, types_given = 0;
+    int depths[DEPTHS_MAX], n_depths = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
@@ -159,8 +176,9 @@ int kvq_bench_model(int argc, char **argv) {
         else if (!strcmp(a, "-n")) { if (kvq_tool_parse_int(v, 1, 1 << 20, &tg)) goto bad; }
         else if (!strcmp(a, "-t")) { if (kvq_tool_parse_int(v, 1, 1024, &threads)) goto bad; }
         else if (!strcmp(a, "--reps")) { if (kvq_tool_parse_int(v, 1, 1000, &reps)) goto bad; }
-        else if (!strcmp(a, "-ctk")) { if ((tk = kvq_cache_type_parse(v)) < 0) goto bad; }
-        else if (!strcmp(a, "-ctv")) { if ((tv = kvq_cache_type_parse(v)) < 0) goto bad; }
+        else if (!strcmp(a, "-ctk")) { if ((tk = kvq_cache_type_parse(v)) < 0) goto bad; types_given = 1; }
+        else if (!strcmp(a, "-ctv")) { if ((tv = kvq_cache_type_parse(v)) < 0) goto bad; types_given = 1; }
+        else if (!strcmp(a, "--depth")) { if ((n_depths = kvq_bench_depth_parse(v, depths, DEPTHS_MAX)) < 1) goto bad; }
         else return kvq_tool_die(P, "unknown option '%s' (see --help)", a);
         continue;
     bad:
@@ -198,6 +216,11 @@ int kvq_bench_model(int argc, char **argv) {
     if (kvq_model_load(dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
     t_load = kvq_tool_now() - t_load, cpu_load = cpu_seconds() - cpu_load;
     kvq_tool_report_backend(P, m);
+    if (n_depths) {
+        int rc = kvq_bench_depth(m, depths, n_depths, pp, tg, reps, tk, tv, types_given);
+        kvq_model_free(m);
+        return rc;
+    }
     kvq_context_params cp = kvq_context_default_params();
     cp.n_ctx = (int)(pp + tg);
     cp.n_batch = (int)pp;
@@ -211,6 +234,12 @@ int kvq_bench_model(int argc, char **argv) {
     for (long i = 0; i < pp; i++) ids[i] = (int32_t)((i * 7919 + 13) % nv);
     double best_pp = 1e30, best_tg = 1e30;
     kvq_backend_stats st0, st1;
+    /* peak RSS before the first bandwidth sample's 1 GiB buffer; the work's own peak is
+     * what stays resident after it (the sample buffers are freed) */
+    double rss = peak_rss();
+    const int bw_threads = threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    kvq_bench_bw bws = {0};
+    kvq_bench_bw_sample(&bws, m, bw_threads);
     for (long r = 0; r < reps; r++) {
         kvq_kv_truncate(c, 0);
         double t0 = kvq_tool_now();
@@ -226,8 +255,10 @@ int kvq_bench_model(int argc, char **argv) {
         kvq_model_backend_stats(m, &st1);
         if (t1 - t0 < best_pp) best_pp = t1 - t0;
         if (t2 - t1 < best_tg) best_tg = t2 - t1;
+        double now = current_rss();
+        if (now > rss) rss = now;
+        kvq_bench_bw_sample(&bws, m, bw_threads);
     }
-    double rss = peak_rss(); /* before the bandwidth test's 1 GiB buffer */
     if (profile) {
         static char prof[8192];
         kvq_model_profile(m, prof, sizeof prof);
@@ -262,7 +293,8 @@ int kvq_bench_model(int argc, char **argv) {
         kvq_sampler_free(s);
     }
     free(big);
-    double bw = kvq_bench_model_bw_gbs(m, threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    kvq_bench_bw_sample(&bws, m, bw_threads);
+    double bw = bws.best;
     double wbytes = (double)kvq_model_step_bytes(m); /* a mixture of experts reads only the experts it picks */
     double kv_avg = (double)kvq_kv_bytes_total(c) * ((double)pp + (double)tg / 2) / (double)(pp + tg);
     double tok_bytes = wbytes + kv_avg, tg_tps = (double)tg / best_tg;
@@ -272,6 +304,8 @@ int kvq_bench_model(int argc, char **argv) {
     printf("prompt %ld tokens: %.1f tok/s\n", pp, (double)pp / best_pp);
     printf("decode %ld tokens: %.1f tok/s, %.2f MB streamed per token, %.1f GB/s, %.0f%% of measured %.1f GB/s\n", tg,
            tg_tps, tok_bytes / 1e6, tok_bytes * tg_tps / 1e9, bw > 0 ? 100 * tok_bytes * tg_tps / 1e9 / bw : 0, bw);
+    printf("bandwidth best_gbs=%.2f worst_gbs=%.2f spread=%.3f samples=%d (before, after each pass, after; the bound uses the best)\n",
+           bws.best, bws.worst, kvq_bench_bw_spread(&bws), bws.n);
     double step = best_tg / (double)tg;
     printf("sampling per token (vocab %d): greedy %.1f us, default sampler %.1f us (temp 0.8, top-k 40, top-p 0.95, "
            "min-p 0.05) = %.1f%% of a decode step\n", nv, smp[0] * 1e6, smp[1] * 1e6, 100 * smp[1] / step);

@@ -9,6 +9,7 @@ int kvq_bench_attn(int argc, char **argv);
 int kvq_bench_aqlm(int argc, char **argv);
 int kvq_bench_model(int argc, char **argv);
 int kvq_bench_vk_aqlm(int argc, char **argv);
+int kvq_bench_longctx(int argc, char **argv);
 
 static const struct {
     const char *name, *help;
@@ -17,6 +18,8 @@ static const struct {
     {"attn", "decode attention from f16/q8/q4 KV caches (tools/bench_attn.c)", kvq_bench_attn},
     {"aqlm", "AQLM decode GEMV (tools/bench_aqlm.c)", kvq_bench_aqlm},
     {"model", "whole-model prompt and decode speed (tools/bench_model.c)", kvq_bench_model},
+    {"longctx-model", "writes a random long-context model and token stream for kvq-ppl's KL check (tools/bench_longctx.c)",
+     kvq_bench_longctx},
 };
 
 static int usage(FILE *f) {

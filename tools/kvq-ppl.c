@@ -10,11 +10,17 @@
 
 static const char *P = "kvq-ppl";
 
+/* --kl-at: positions of a chunk whose KL is also reported on its own, as the mean over
+ * the KL_WINDOW positions ending there (long-context checks: how far the cache holds up). */
+#define KL_WINDOW 256
+#define KL_AT_MAX 16
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kvq-ppl -f TEXT [options]\n"
             "  -m, --model DIR       HF model directory (default: the bundled demo model)\n"
             "  -f, --file TEXT       text file to score (tokenized without BOS)\n"
+            "  --ids FILE            score token ids instead (whitespace-separated integers, e.g. a generated stream)\n"
             "  -c, --ctx-size N      tokens per chunk (default 512); each chunk is evaluated as BOS + N-1 tokens\n"
             "  --chunks K            score only the first K chunks (default: all)\n"
             "  -b, --batch-size N    tokens per forward pass (default: N of -c)\n"
@@ -22,6 +28,7 @@ static void usage(FILE *f) {
             "  -ctk, -ctv T          K / V cache types: f32, f16, q8, q4 (default f16)\n"
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --kl-base T           also run with cache type T for K and V and report KL divergence against it\n"
+            "  --kl-at P,P,...       with --kl-base: also the KL of the %d positions of each chunk ending at position P\n"
             "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
             "  -ngl N                with a GPU backend: the last N layers on it, the rest on the CPU (all / -1: every layer; auto: what fits)\n"
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
@@ -30,7 +37,7 @@ static void usage(FILE *f) {
             "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (faster, ~1%% matmul change)\n"
             "  -h, --help            this help\n"
             "  --version             print the version\n"
-            "Last stdout line: ppl = <value>\n");
+            "Last stdout line: ppl = <value>\n", KL_WINDOW);
 }
 
 /* log-softmax normaliser of one row */
@@ -57,6 +64,46 @@ static double kl_div(const float *base, const float *test, int n) {
     return kl > 0 ? kl : 0;
 }
 
+static int parse_list(const char *s, long *out, int max) {
+    int n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || n == max || (*end && *end != ',')) return -1;
+        out[n++] = v;
+        s = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+/* Whitespace-separated token ids of a file, malloc'd; -1 after an error line. */
+static int read_ids(const char *path, int32_t **out) {
+    FILE *f = fopen(path, "r");
+    if (!f) return kvq_tool_die(P, "%s: cannot open: %s", path, strerror(errno)), -1;
+    int n = 0, cap = 0;
+    int32_t *ids = NULL;
+    long v;
+    int r;
+    while ((r = fscanf(f, "%ld", &v)) == 1) {
+        if (v < 0 || v > INT32_MAX) break;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 4096;
+            int32_t *t = realloc(ids, sizeof *ids * (size_t)cap);
+            if (!t) break;
+            ids = t;
+        }
+        ids[n++] = (int32_t)v;
+    }
+    int bad = r != EOF || ferror(f);
+    fclose(f);
+    if (bad || n == 0) {
+        free(ids);
+        return kvq_tool_die(P, "%s: expected whitespace-separated token ids (non-negative integers)", path), -1;
+    }
+    *out = ids;
+    return n;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -77,7 +124,9 @@ static kvq_context *make_ctx(kvq_model *m, int n_ctx, int n_batch, int tk, int t
 
 int main(int argc, char **argv) {
     if (kvq_tool_version(P, argc, argv)) return 0;
-    const char *model = NULL, *file = NULL, *backend = NULL, *device = NULL;
+    const char *model = NULL, *file = NULL, *ids_file = NULL, *backend = NULL, *device = NULL;
+    long kl_at[KL_AT_MAX];
+    int n_kl_at = 0;
     long n_ctx = 512, chunks = 0, n_batch = 0, threads = 0;
     int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1, cb8 = 0, lut8 = 0, i8 = 0, ngl = -1;
     for (int i = 1; i < argc; i++) {
@@ -85,7 +134,7 @@ int main(int argc, char **argv) {
         static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate", "--aqlm-cb8", "--aqlm-lut8", "--aqlm-i8"};
         static const char *const valued[] = {"-m", "--model", "-f", "--file", "--backend", "--device", "-c", "--ctx-size", "--chunks",
                                              "-b", "--batch-size", "-t", "--threads", "-ctk", "--cache-type-k", "-ctv",
-                                             "--cache-type-v", "--kl-base", "-ngl", "--n-gpu-layers"};
+                                             "--cache-type-v", "--kl-base", "-ngl", "--n-gpu-layers", "--ids", "--kl-at"};
         int takes = 0, known = 0;
         for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) known |= !strcmp(a, flags[k]);
         for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) takes |= !strcmp(a, valued[k]);
@@ -99,6 +148,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--aqlm-i8")) i8 = 1;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
+        else if (!strcmp(a, "--ids")) ids_file = v;
+        else if (!strcmp(a, "--kl-at")) { if ((n_kl_at = parse_list(v, kl_at, KL_AT_MAX)) < 1) goto bad; }
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) { if (kvq_tool_parse_ngl(v, &ngl)) return kvq_tool_die(P, "bad -ngl '%s'", v); }
         else if (!strcmp(a, "--device")) device = v;
@@ -114,21 +165,32 @@ int main(int argc, char **argv) {
     bad:
         return kvq_tool_die(P, "bad value '%s' for %s", v, a);
     }
-    if (!file) return kvq_tool_die(P, "no text file given (-f FILE)");
+    if (!file == !ids_file) return kvq_tool_die(P, "give a text file (-f FILE) or token ids (--ids FILE)");
+    if (n_kl_at && kl_base < 0) return kvq_tool_die(P, "--kl-at needs --kl-base");
+    for (int i = 0; i < n_kl_at; i++)
+        if (kl_at[i] > n_ctx || kl_at[i] < KL_WINDOW)
+            return kvq_tool_die(P, "--kl-at %ld: positions must lie in %d..%ld (-c)", kl_at[i], KL_WINDOW, n_ctx);
     if (!model && !(model = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model was not found");
     if (!n_batch || n_batch > n_ctx) n_batch = n_ctx;
 
-    FILE *f = fopen(file, "rb");
-    if (!f) return kvq_tool_die(P, "%s: cannot open: %s", file, strerror(errno));
-    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) return kvq_tool_die(P, "%s: cannot read: %s", file, strerror(errno));
-    if (len == 0) return kvq_tool_die(P, "%s: file is empty", file);
-    char *text = malloc((size_t)len + 1);
-    if (!text) return kvq_tool_die(P, "%s: out of memory for %ld bytes", file, len);
-    if (fread(text, 1, (size_t)len, f) != (size_t)len)
-        return kvq_tool_die(P, "%s: cannot read: %s", file, ferror(f) ? strerror(errno) : "file shrank while reading");
-    fclose(f);
-    text[len] = 0;
+    int32_t *ids = NULL;
+    int n_tok = 0;
+    char *text = NULL;
+    long len = 0;
+    if (ids_file && (n_tok = read_ids(ids_file, &ids)) < 0) return 1;
+    FILE *f = file ? fopen(file, "rb") : NULL;
+    if (file) {
+        if (!f) return kvq_tool_die(P, "%s: cannot open: %s", file, strerror(errno));
+        len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+        if (len < 0 || fseek(f, 0, SEEK_SET) != 0) return kvq_tool_die(P, "%s: cannot read: %s", file, strerror(errno));
+        if (len == 0) return kvq_tool_die(P, "%s: file is empty", file);
+        text = malloc((size_t)len + 1);
+        if (!text) return kvq_tool_die(P, "%s: out of memory for %ld bytes", file, len);
+        if (fread(text, 1, (size_t)len, f) != (size_t)len)
+            return kvq_tool_die(P, "%s: cannot read: %s", file, ferror(f) ? strerror(errno) : "file shrank while reading");
+        fclose(f);
+        text[len] = 0;
+    }
 
     kvq_model_params mp = kvq_model_default_params();
     mp.n_threads = (int)threads;
@@ -147,12 +209,15 @@ int main(int argc, char **argv) {
     }
     kvq_tool_report_backend(P, m);
     const kvq_tokenizer *tok = kvq_model_tokenizer(m);
-    int n_tok = kvq_tokenize(tok, text, (size_t)len, 0, NULL, 0);
-    if (n_tok == 0) return kvq_tool_die(P, "%s: no tokens in the text (only whitespace?)", file);
-    int32_t *ids = n_tok > 0 ? malloc(sizeof *ids * (size_t)n_tok) : NULL;
-    if (!ids || kvq_tokenize(tok, text, (size_t)len, 0, ids, n_tok) != n_tok)
-        return kvq_tool_die(P, "%s: cannot tokenize: %s", file, kvq_last_error());
-    free(text);
+    if (text) {
+        n_tok = kvq_tokenize(tok, text, (size_t)len, 0, NULL, 0);
+        if (n_tok == 0) return kvq_tool_die(P, "%s: no tokens in the text (only whitespace?)", file);
+        ids = n_tok > 0 ? malloc(sizeof *ids * (size_t)n_tok) : NULL;
+        if (!ids || kvq_tokenize(tok, text, (size_t)len, 0, ids, n_tok) != n_tok)
+            return kvq_tool_die(P, "%s: cannot tokenize: %s", file, kvq_last_error());
+        free(text);
+    }
+    if (!file) file = ids_file;
     long n_chunks = n_tok / n_ctx;
     if (chunks > 0 && chunks < n_chunks) n_chunks = chunks;
     if (n_chunks < 1) return kvq_tool_die(P, "%s: %d tokens is less than one chunk of %ld", file, n_tok, n_ctx);
@@ -167,6 +232,7 @@ int main(int argc, char **argv) {
     double nll = 0;
     double *kls = cb ? malloc(sizeof(double) * n_scored) : NULL;
     size_t agree = 0, k = 0;
+    double at_kl[KL_AT_MAX] = {0}, at_agree[KL_AT_MAX] = {0};
     int32_t *in = malloc(sizeof *in * (size_t)n_ctx);
     double t0 = kvq_tool_now();
     for (long ch = 0; ch < n_chunks; ch++) {
@@ -174,18 +240,25 @@ int main(int argc, char **argv) {
         in[0] = bos;
         memcpy(in + 1, chunk, sizeof *in * (size_t)(n_ctx - 1));
         kvq_kv_truncate(c, 0);
-        if (kvq_eval(c, in, (int)n_ctx) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
-        if (cb) {
-            kvq_kv_truncate(cb, 0);
-            if (kvq_eval(cb, in, (int)n_ctx) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
-        }
-        for (long i = 0; i < n_ctx; i++) {
-            const float *row = kvq_logits_row(c, (int)i);
-            nll += log_sum_exp(row, nv) - row[chunk[i]];
-            if (cb) {
-                const float *brow = kvq_logits_row(cb, (int)i);
-                kls[k++] = kl_div(brow, row, nv);
-                agree += argmax(brow, nv) == argmax(row, nv);
+        if (cb) kvq_kv_truncate(cb, 0);
+        /* a batch at a time, scored before the next: logits of n_batch rows, not n_ctx */
+        for (long i0 = 0; i0 < n_ctx; i0 += n_batch) {
+            int nb = (int)(n_ctx - i0 < n_batch ? n_ctx - i0 : n_batch);
+            if (kvq_eval(c, in + i0, nb) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+            if (cb && kvq_eval(cb, in + i0, nb) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+            for (int r = 0; r < nb; r++) {
+                const long i = i0 + r;
+                const float *row = kvq_logits_row(c, r);
+                nll += log_sum_exp(row, nv) - row[chunk[i]];
+                if (cb) {
+                    const float *brow = kvq_logits_row(cb, r);
+                    double kl = kl_div(brow, row, nv);
+                    int same = argmax(brow, nv) == argmax(row, nv);
+                    kls[k++] = kl;
+                    agree += same;
+                    for (int w = 0; w < n_kl_at; w++) /* window of positions (kl_at - KL_WINDOW, kl_at], 1-based */
+                        if (i + 1 > kl_at[w] - KL_WINDOW && i + 1 <= kl_at[w]) at_kl[w] += kl, at_agree[w] += same;
+                }
             }
         }
         fprintf(stderr, "%s: chunk %ld/%ld: ppl so far %.4f\n", P, ch + 1, n_chunks, exp(nll / ((ch + 1) * (double)n_ctx)));
@@ -203,6 +276,11 @@ int main(int argc, char **argv) {
         printf("mean_kld = %.6f\n", sum / (double)k);
         printf("p99_kld = %.6f\n", kls[p99]);
         printf("top1_agree = %.2f%%\n", 100.0 * (double)agree / (double)k);
+        for (int w = 0; w < n_kl_at; w++) {
+            double cnt = (double)KL_WINDOW * (double)n_chunks;
+            printf("kl_at pos=%ld window=%d mean_kld=%.6f top1_agree=%.2f%%\n", kl_at[w], KL_WINDOW, at_kl[w] / cnt,
+                   100.0 * at_agree[w] / cnt);
+        }
     }
     printf("ppl = %.4f\n", exp(nll / (double)n_scored));
     free(kls);
