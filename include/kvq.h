@@ -107,6 +107,10 @@ typedef struct {
                             them with int8-quantized activations (integer dot products): faster
                             1x16 matmuls (decode and prompts), ~1% RMS change of their outputs
                             (README). Takes precedence over aqlm_cb8 on those weights */
+    int exact;           /* CPU: 1 = prompts (batches of tokens) through the exact AQLM paths too.
+                            0 (default): AQLM prompts take int8 tiles / int8 tables, whose
+                            per-output error bound keeps kvq-ppl within the README's budget
+                            (+0.1%); decode (one token per step) is the same either way */
     int n_gpu_layers;    /* with a GPU backend: how many of the last layers run on it (with the
                             LM head), the rest on the CPU; -1 (the default) or >= the layer
                             count: all; 0: none (the CPU alone); KVQ_GPU_LAYERS_AUTO: as many as

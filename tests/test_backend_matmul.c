@@ -31,7 +31,7 @@ static int n_runners;
 
 static int setup(void **s) {
     (void)s;
-    kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
+    kvq_backend_opts o = {.n_threads = 2, .allow_software = 1, .exact = 1}; /* the int8 prompt tiles: test_matmul */
     for (int i = 0; i < kvq_backend_count(); i++) {
         const kvq_backend *be = kvq_backend_get(i);
         for (int split = 0; split < 2; split++) {

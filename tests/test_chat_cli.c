@@ -28,7 +28,7 @@ static char *chat_pipe(const char *args, const char *input, size_t input_len, in
     assert_non_null(f);
     fwrite(input, 1, input_len, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "HOME=%s KVQ_CHAT_VERIFY=1 %s/kvq-chat %s < %s 2> %s", tu_tmpdir(), KVQ_TOOLS_DIR, args, in_path,
+    snprintf(cmd, sizeof cmd, "HOME=%s KVQ_CHAT_VERIFY=1 %s/kvq-chat --exact %s < %s 2> %s", tu_tmpdir(), KVQ_TOOLS_DIR, args, in_path,
              err_path);
     char *out = tu_run(cmd, status);
     f = fopen(err_path, "rb");

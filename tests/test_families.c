@@ -89,6 +89,7 @@ static int setup(void **state, int which) {
     kvq_model_params mp = kvq_model_default_params();
     mp.backend = g_backend;
     mp.n_gpu_layers = tu_env_gpu_layers();
+    mp.exact = 1; /* the references' tolerances; the int8 prompt tiles: test_int8_prompts */
     kvq_status s = kvq_model_load(dir, &mp, &f->m);
     if (s == KVQ_ERR_UNSUPPORTED && strstr(kvq_last_error(), "unsupported architecture")) {
         print_message("%s: skipped, this kvq does not load it: %s\n", fm->name, kvq_last_error());
@@ -247,6 +248,44 @@ static void test_kv_quantized(void **state) {
     }
 }
 
+/* The default (not exact) CPU prompt path, int8 tiles from KVQ_I8T_MIN_N tokens on: each
+ * prompt's last logits within TOL_I8T of the reference, same top token, and really
+ * different from the exact path where the prompt is long enough to take the tiles. */
+#define TOL_I8T 5e-2
+static void test_int8_prompts(void **state) {
+    fixture *f = *state;
+    NEED_MODEL(f);
+    if (g_gpu) skip();
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = "cpu";
+    kvq_model *m;
+    if (kvq_model_load(fixture_dir(f->fam), &mp, &m) != KVQ_OK) fail_msg("load: %s", kvq_last_error());
+    for (int k = 0; k < 2; k++) {
+        kvq_context_params p = kvq_context_default_params();
+        p.n_ctx = f->p[k].n_ids + 1;
+        p.type_k = p.type_v = KVQ_CACHE_F32;
+        kvq_context *c, *cx = new_ctx_for(f, k, KVQ_CACHE_F32, 512);
+        if (kvq_context_new(m, &p, &c) != KVQ_OK) fail_msg("context: %s", kvq_last_error());
+        assert_int_equal(kvq_eval(c, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
+        assert_int_equal(kvq_eval(cx, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
+        const float *got = kvq_logits(c);
+        double err = tu_rel_l2(got, f->p[k].logits, (size_t)f->n_vocab);
+        double moved = tu_rel_l2(got, kvq_logits(cx), (size_t)f->n_vocab);
+        int a[3], b[3];
+        tu_top3(got, f->n_vocab, a);
+        tu_top3(f->p[k].logits, f->n_vocab, b);
+        print_message("%s %s (%d ids) int8 prompt tiles: rel L2 %.2e to the reference (bound %.0e), %.2e to exact\n",
+                      f->fam->name, PROMPT_NAME[k], f->p[k].n_ids, err, TOL_I8T, moved);
+        if (!(err <= TOL_I8T)) fail_msg("%s %s: rel L2 %.3e > %.0e", f->fam->name, PROMPT_NAME[k], err, TOL_I8T);
+        if (a[0] != b[0]) fail_msg("%s %s: top token %d, reference %d", f->fam->name, PROMPT_NAME[k], a[0], b[0]);
+        /* the Mixtral fixture keeps attention in fp16 and its experts see fewer than 32 tokens each */
+        if (f->p[k].n_ids >= 40 && !strstr(f->fam->name, "mixtral") && !(moved > 1e-6)) fail_msg("%s %s: the int8 tiles changed nothing", f->fam->name, PROMPT_NAME[k]);
+        kvq_context_free(c);
+        kvq_context_free(cx);
+    }
+    kvq_model_free(m);
+}
+
 #define FIXTURE_SETUP(i, id) \
     static int setup_##id(void **s) { return setup(s, i); }
 FIXTURE_SETUP(0, mixtral)
@@ -259,7 +298,8 @@ FIXTURE_SETUP(4, qwen2)
     cmocka_unit_test_setup_teardown(test_logits_f32, setup_##id, teardown),         \
         cmocka_unit_test_setup_teardown(test_greedy, setup_##id, teardown),         \
         cmocka_unit_test_setup_teardown(test_batch_vs_single, setup_##id, teardown), \
-        cmocka_unit_test_setup_teardown(test_kv_quantized, setup_##id, teardown)
+        cmocka_unit_test_setup_teardown(test_kv_quantized, setup_##id, teardown), \
+        cmocka_unit_test_setup_teardown(test_int8_prompts, setup_##id, teardown)
 
 int main(void) {
     if (!tu_env_backend(&g_backend)) return 0;

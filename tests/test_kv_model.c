@@ -18,7 +18,9 @@ static kvq_model *load(const char *name) {
     const char *dir = tu_fixture(rel);
     if (!dir) return NULL;
     kvq_model *m;
-    if (kvq_model_load(dir, NULL, &m) != KVQ_OK) fail_msg("%s", kvq_last_error());
+    kvq_model_params mp = kvq_model_default_params();
+    mp.exact = 1; /* cache-type effects alone, against the exact prompt path's references */
+    if (kvq_model_load(dir, &mp, &m) != KVQ_OK) fail_msg("%s", kvq_last_error());
     return m;
 }
 

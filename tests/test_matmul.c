@@ -257,7 +257,8 @@ static void make_aqlm(wdesc *w, int rows, int cols, int M, int nbits, int ig, in
     for (int o = 0; o < rows; o++) put_u16(w->scales.p, (size_t)o, kvq_f32_to_f16(0.5f + tu_randf(&rng)));
     w->d = (kvq_weight_desc){.fmt = KVQ_W_AQLM, .rows = rows, .cols = cols, .n_codebooks = M, .nbits = nbits,
                              .in_group = ig, .code_bytes = code_bytes, .codes = w->codes.p,
-                             .codebooks = w->cb.p, .scales = w->scales.p, .name = "aqlm.weight"};
+                             .codebooks = w->cb.p, .scales = w->scales.p, .name = "aqlm.weight",
+                             .exact = 1}; /* the int8 tiles for batches have their own test (test_i8tile) */
     make_bias(w, with_bias);
 }
 
@@ -638,6 +639,115 @@ static void test_i8(void **state) {
     wdesc_free(&w);
 }
 
+/* Int8 tiles for batches (cpu_i8tile.c; AQLM weights without exact, 32
+ * tokens and more): every SIMD panel kernel bit-identical to the scalar spec
+ * on the same decoded rows, and through kvq_cpu_matmul on every ISA path,
+ * every output within the stated bound
+ *   sum_b ( sw/2 |x_b|_1 + sa/2 |W_b|_1 + 256 sw sa / 4 )
+ * (sw, sa: max| | / 127 of the row's and the token's block b, from the
+ * reference weights), the whole within KVQ_I8T_REL_L2 and above f32
+ * rounding where the CPU has a kernel (the tiles are really in use). */
+static void check_i8t(wdesc *w, const char *what) {
+    static const int ns[] = {1, 7, 32, 45, 70};
+    int rows = w->d.rows, cols = w->d.cols, nmax = 70, kp = kvq_i8t_cols_pad(cols), nb = kp / KVQ_I8T_KB;
+    float *x = malloc(sizeof(float) * (size_t)nmax * cols), *y = malloc(sizeof(float) * (size_t)nmax * rows);
+    float *yr = malloc(sizeof(float) * (size_t)nmax * rows), *ys = malloc(sizeof(float) * (size_t)nmax * rows);
+    float *W = malloc(sizeof(float) * (size_t)rows * cols);
+    assert_true(x && y && yr && ys && W);
+    tu_rand_fill(x, (size_t)nmax * cols, &rng);
+    for (size_t i = 0; i < (size_t)nmax * cols; i += 41) x[i] *= 25.0f; /* outliers: block scales differ */
+    for (int o = 0; o < rows; o++) kvq_ref_weight_row(&w->d, o, W + (size_t)o * cols);
+    w->d.exact = 0;
+    kvq_cpu_weight *cw = kvq_cpu_weight_new(&w->d);
+    assert_non_null(cw);
+    /* 1. kernels against the spec, same rows (scalar decode) */
+    const kvq_i8t_kernel spec = {kvq_i8t_panel_scalar, kvq_i8t_pack, kvq_i8t_quant_x, 0};
+    const kvq_i8t_kernel *ks[3];
+    int nk = 0;
+#if defined(__x86_64__)
+    static const kvq_i8t_kernel vnni = {kvq_i8t_panel_vnni, kvq_i8t_pack_avx512, kvq_i8t_quant_x_avx512, 1},
+                                avx2 = {kvq_i8t_panel_avx2, kvq_i8t_pack, kvq_i8t_quant_x, 0};
+    if (kvq_cpu_isa_available(KVQ_ISA_AVX512) && kvq_cpu_has_vnni()) ks[nk++] = &vnni;
+    if (kvq_cpu_isa_available(KVQ_ISA_AVX2)) ks[nk++] = &avx2;
+#endif
+#if defined(__aarch64__)
+    static const kvq_i8t_kernel neon = {kvq_i8t_panel_neon, kvq_i8t_pack, kvq_i8t_quant_x, 0};
+    if (kvq_cpu_has_dotprod()) ks[nk++] = &neon;
+#endif
+    for (int i = 0; i < 5; i++) {
+        int n = ns[i], nt = 1 + i % 3;
+        void *buf = kvq_alloc_aligned(kvq_i8t_scratch_bytes(cols, n, nt));
+        assert_non_null(buf);
+        kvq_cpu_matmul_i8t(cw, &spec, kvq_aqlm_rows_scalar, x, ys, n, nt, buf);
+        for (int k = 0; k < nk; k++) {
+            memset(y, 0xff, sizeof(float) * (size_t)n * rows);
+            kvq_cpu_matmul_i8t(cw, ks[k], kvq_aqlm_rows_scalar, x, y, n, nt, buf);
+            if (memcmp(y, ys, sizeof(float) * (size_t)n * rows))
+                fail_msg("%s n=%d: panel kernel %d differs from the scalar spec", what, n, k);
+        }
+        kvq_free_aligned(buf);
+    }
+    kvq_cpu_weight_free(cw);
+    /* 2. the dispatch on every ISA path, against the reference and the bound */
+    kvq_isa saved = kvq_cpu_isa();
+    for (int i = 0; i < 5; i++) {
+        int n = ns[i];
+        kvq_ref_matmul(&w->d, x, yr, n);
+        path pa;
+        for (int pi = 0; path_get(pi, &pa); pi++) {
+            int nt = 1 + (i + pi) % 3;
+            kvq_cpu_weight *c2 = path_matmul(&w->d, x, y, n, nt, what);
+            int tiles = n >= KVQ_I8T_MIN_N && kvq_i8t_kernel_for_cpu() != NULL;
+            double e = tu_rel_l2(y, yr, (size_t)n * rows);
+            if (tiles && !(e <= KVQ_I8T_REL_L2 && e > 1e-5))
+                fail_msg("%s n=%d path=%s: rel L2 %.3g not in (1e-5, %.0e]", what, n, path_name(&pa), e, KVQ_I8T_REL_L2);
+            if (!tiles && !(e <= path_tol(&pa, &w->d, n)))
+                fail_msg("%s n=%d path=%s: rel L2 %.3g without int8 tiles", what, n, path_name(&pa), e);
+            for (int t = 0; tiles && t < n; t++)
+                for (int o = 0; o < rows; o++) {
+                    const float *xt = x + (size_t)t * cols, *wo = W + (size_t)o * cols;
+                    double bound = 0.0;
+                    for (int b = 0; b < nb; b++) {
+                        int k0 = b * KVQ_I8T_KB, k1 = k0 + KVQ_I8T_KB < cols ? k0 + KVQ_I8T_KB : cols;
+                        double mw = 0, mx = 0, lw = 0, lx = 0;
+                        for (int k = k0; k < k1; k++) {
+                            mw = fmax(mw, fabs(wo[k])), mx = fmax(mx, fabs(xt[k]));
+                            lw += fabs(wo[k]), lx += fabs(xt[k]);
+                        }
+                        double sw = mw / 127, sa = mx / 127;
+                        bound += sw / 2 * lx + sa / 2 * lw + (k1 - k0) * sw * sa / 4;
+                    }
+                    double r = yr[(size_t)t * rows + o], d = fabs(y[(size_t)t * rows + o] - r);
+                    if (!(d <= bound * 1.001 + 1e-4 * (fabs(r) + 1.0)))
+                        fail_msg("%s n=%d path=%s: token %d row %d off by %.3g > bound %.3g", what, n, path_name(&pa), t, o,
+                                 d, bound);
+                }
+            if (tiles && i == 2) print_message("%s n=%d path=%s: rel L2 %.2e\n", what, n, path_name(&pa), e);
+            kvq_cpu_weight_free(c2);
+        }
+    }
+    path_reset(saved);
+    w->d.exact = 1;
+    free(x), free(y), free(yr), free(ys), free(W);
+}
+
+static void test_i8tile(void **state) {
+    (void)state;
+    wdesc w;
+    make_aqlm(&w, 37, 13 * 8, 2, 8, 8, 1, 1); /* 2x8, one short block, a partial panel, bias */
+    check_i8t(&w, "i8t 2x8 37x104");
+    wdesc_free(&w);
+    make_aqlm(&w, 130, 70 * 16, 2, 8, 16, 1, 0); /* g16, 1120 = 4 blocks + 96 */
+    check_i8t(&w, "i8t 2x8g16 130x1120");
+    wdesc_free(&w);
+    make_aqlm(&w, 150, 1032, 1, 16, 8, 2, 0); /* 1x16, several panels and threads */
+    check_i8t(&w, "i8t 1x16 150x1032");
+    wdesc_free(&w);
+    make_aqlm(&w, 64, 520, 3, 8, 8, 1, 0); /* odd M */
+    check_i8t(&w, "i8t 3x8 64x520");
+    wdesc_free(&w);
+}
+
 static void expect_reject(kvq_weight_desc d, const char *why) {
     d.name = "model.layers.7.mlp.odd_proj";
     kvq_cpu_weight *cw = kvq_cpu_weight_new(&d);
@@ -682,6 +792,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ref_tiny_aqlm), cmocka_unit_test(test_dense),      cmocka_unit_test(test_aqlm_shapes),
         cmocka_unit_test(test_threaded),      cmocka_unit_test(test_cb8),     cmocka_unit_test(test_lut8),     cmocka_unit_test(test_i8),
+        cmocka_unit_test(test_i8tile),
         cmocka_unit_test(test_unsupported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

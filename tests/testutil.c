@@ -92,7 +92,7 @@ const char *tu_tmpdir(void) {
 
 kvq_bctx *tu_backend_start(int i, const kvq_backend **be) {
     *be = kvq_backend_get(i);
-    kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
+    kvq_backend_opts o = {.n_threads = 2, .allow_software = 1, .exact = 1}; /* the int8 prompt tiles: test_matmul */
     kvq_bctx *b = NULL;
     if (!*be || (*be)->init(&o, &b) != KVQ_OK) {
         printf("[ SKIPPED  ] backend %s does not start here: %s\n", *be ? (*be)->name : "?", kvq_last_error());

@@ -23,7 +23,7 @@ int kvq_bench_depth(kvq_model *m, const int *depths, int nd, long pp, long tg, l
 #define DEPTHS_MAX 32
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8] [--aqlm-i8] [--plan] [--profile]\n"
+    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8] [--aqlm-i8] [--exact] [--plan] [--profile]\n"
                "       kvq-bench model --synthetic NAME --scheme 2x8|1x16 [--synthetic-dir D]\n"
                "  -m      model directory (default: the demo model)\n"
                "  --synthetic  a real-shape AQLM checkpoint with random codes, written once under D: llama2-7b,\n"
@@ -37,6 +37,8 @@ static int usage(FILE *f) {
                "  --aqlm-lut8 CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (opt-in, lossy; see README)\n"
                "  --aqlm-i8   CPU: 1x16 AQLM through int8 codewords and int8 dot products (opt-in, lossy; see README);\n"
                "              a --synthetic 1x16 run also decodes with it on a second load (tg_i8_tps, tg_i8_speedup)\n"
+               "  --exact    CPU: AQLM prompts through the exact paths too; without it a --synthetic run also times\n"
+               "              the prompt with them on a second load (pp_exact_tps, pp_speedup, pp_logits_rel_l2)\n"
                "  --profile  GPU: time and GB/s per op kind over the decoded tokens (commands run one at a time)\n"
                "  --plan  print the load plan (weights, KV cache of -p + -n positions per backend, device\n"
                "          allocations) and exit without loading weights; --synthetic then writes only headers\n"
@@ -71,19 +73,20 @@ static double cpu_seconds(void) {
     return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
-/* Decode tok/s of dir loaded with mp plus aqlm_i8 (1x16 through int8 dot
- * products): the same -p prompt, then tg tokens timed, best of reps. Run on
- * its own load before the main one, so the two never share memory. 0 on
- * failure (printed). */
-static double i8_decode_tps(const char *dir, const kvq_model_params *mp0, long pp, long tg, long reps, int tk, int tv) {
-    kvq_model_params mp = *mp0;
-    mp.aqlm_i8 = 1;
+/* A second load of dir with mp (a path to compare: aqlm_i8, exact): the same
+ * -p prompt, then tg tokens (tg may be 0), best of reps; *pp_tps gets the
+ * prompt's tok/s and, with logits, the first pass's last-position logits
+ * land there (n_vocab floats). Run on its own load before the main one, so
+ * the two never share memory. Returns decode tok/s; 0 on failure (printed). */
+static double side_run(const char *what, const char *dir, const kvq_model_params *mp, long pp, long tg, long reps, int tk,
+                       int tv, double *pp_tps, float *logits) {
     kvq_model *m;
     kvq_context *c = NULL;
     kvq_context_params cp = kvq_context_default_params();
     cp.n_ctx = (int)(pp + tg), cp.n_batch = (int)pp, cp.type_k = (kvq_cache_type)tk, cp.type_v = (kvq_cache_type)tv;
-    if (kvq_model_load(dir, &mp, &m) != KVQ_OK || kvq_context_new(m, &cp, &c) != KVQ_OK) {
-        fprintf(stderr, "%s: aqlm_i8 run: %s\n", P, kvq_last_error());
+    *pp_tps = 0;
+    if (kvq_model_load(dir, mp, &m) != KVQ_OK || kvq_context_new(m, &cp, &c) != KVQ_OK) {
+        fprintf(stderr, "%s: %s run: %s\n", P, what, kvq_last_error());
         return 0;
     }
     int nv = kvq_model_n_vocab(m);
@@ -96,6 +99,7 @@ static double i8_decode_tps(const char *dir, const kvq_model_params *mp0, long p
         if (kvq_eval(c, ids, (int)pp) != KVQ_OK) break;
         double t0 = kvq_tool_now();
         if (t0 - tp < best_pp) best_pp = t0 - tp;
+        if (r == 0 && logits) memcpy(logits, kvq_logits(c), sizeof *logits * (size_t)nv);
         for (long i = 0; i < tg; i++) {
             int32_t id = ids[i % pp];
             if (kvq_eval(c, &id, 1) != KVQ_OK) break;
@@ -106,8 +110,10 @@ static double i8_decode_tps(const char *dir, const kvq_model_params *mp0, long p
     free(ids);
     kvq_context_free(c);
     kvq_model_free(m);
-    if (best < 1e30) fprintf(stderr, "%s: aqlm_i8: prompt %.2f tok/s, decode %.2f tok/s\n", P, (double)pp / best_pp, (double)tg / best);
-    return best < 1e30 ? (double)tg / best : 0;
+    if (best_pp < 1e30) *pp_tps = (double)pp / best_pp;
+    if (best < 1e30 && tg > 0) fprintf(stderr, "%s: %s: prompt %.2f tok/s, decode %.2f tok/s\n", P, what, *pp_tps, (double)tg / best);
+    else if (best_pp < 1e30) fprintf(stderr, "%s: %s: prompt %.2f tok/s\n", P, what, *pp_tps);
+    return best < 1e30 && tg > 0 ? (double)tg / best : 0;
 }
 
 /* " tg_i8_tps=.. tg_i8_speedup=.." for the last line when measured (tg_i8 >= 0), else "". */
@@ -137,7 +143,7 @@ int kvq_bench_model(int argc, char **argv) {
     const char *dir = NULL, *synth = NULL, *scheme = "2x8", *synth_root = NULL, *backend = NULL, *device = NULL;
     int ngl = -1;
     long pp = -1, tg = -1, threads = 0, reps = -1;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0, plan = 0, profile = 0, i8 = 0, types_given = 0;
+    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0, plan = 0, profile = 0, i8 = 0, exact = 0, types_given = 0;
     int depths[DEPTHS_MAX], n_depths = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -161,6 +167,10 @@ int kvq_bench_model(int argc, char **argv) {
         }
         if (!strcmp(a, "--aqlm-i8")) {
             i8 = 1;
+            continue;
+        }
+        if (!strcmp(a, "--exact")) {
+            exact = 1;
             continue;
         }
         if (!v) return kvq_tool_die(P, "unknown option or missing value: %s (see --help)", a);
@@ -206,11 +216,24 @@ int kvq_bench_model(int argc, char **argv) {
     mp.aqlm_cb8 = cb8;
     mp.aqlm_lut8 = lut8;
     mp.aqlm_i8 = i8;
+    mp.exact = exact;
     mp.plan_ctx = (int)(pp + tg);
     mp.plan_type_k = tk, mp.plan_type_v = tv;
     if (plan) return print_plan(dir, &mp);
     /* 1x16 synthetic: decode with aqlm_i8 too, for tg_i8_tps / tg_i8_speedup */
-    double tg_i8 = synth && !strncmp(scheme, "1x16", 4) ? i8_decode_tps(dir, &mp, pp, tg, reps, tk, tv) : -1;
+    double tg_i8 = -1, pp_side = 0, pp_exact = -1;
+    if (synth && !strncmp(scheme, "1x16", 4)) {
+        kvq_model_params m8 = mp;
+        m8.aqlm_i8 = 1;
+        tg_i8 = side_run("aqlm_i8", dir, &m8, pp, tg, reps, tk, tv, &pp_side, NULL);
+    }
+    /* AQLM prompts: the exact paths too, for pp_exact_tps and how far the default's logits are from theirs */
+    float *lg_exact = NULL;
+    if (synth && !exact && !(backend && strcmp(backend, "cpu") && strcmp(backend, "auto"))) {
+        kvq_model_params mx = mp;
+        mx.exact = 1;
+        side_run("exact", dir, &mx, pp, 0, reps, tk, tv, &pp_exact, lg_exact = calloc(1 << 20, sizeof *lg_exact));
+    }
     kvq_model *m;
     double t_load = kvq_tool_now(), cpu_load = cpu_seconds();
     if (kvq_model_load(dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
@@ -232,7 +255,7 @@ int kvq_bench_model(int argc, char **argv) {
     int nv = kvq_model_n_vocab(m);
     int32_t *ids = malloc(sizeof *ids * (size_t)pp);
     for (long i = 0; i < pp; i++) ids[i] = (int32_t)((i * 7919 + 13) % nv);
-    double best_pp = 1e30, best_tg = 1e30;
+    double best_pp = 1e30, best_tg = 1e30, pp_rel = -1;
     kvq_backend_stats st0, st1;
     /* peak RSS before the first bandwidth sample's 1 GiB buffer; the work's own peak is
      * what stays resident after it (the sample buffers are freed) */
@@ -254,6 +277,12 @@ int kvq_bench_model(int argc, char **argv) {
         double t2 = kvq_tool_now();
         kvq_model_backend_stats(m, &st1);
         if (t1 - t0 < best_pp) best_pp = t1 - t0;
+        if (r == 0 && lg_exact && nv <= (1 << 20)) { /* the default path's logits against the exact ones */
+            const float *lg = kvq_logits(c);
+            double d = 0, n2 = 0;
+            for (int i = 0; i < nv; i++) d += ((double)lg[i] - lg_exact[i]) * ((double)lg[i] - lg_exact[i]), n2 += (double)lg_exact[i] * lg_exact[i];
+            pp_rel = n2 > 0 ? sqrt(d / n2) : 0;
+        }
         if (t2 - t1 < best_tg) best_tg = t2 - t1;
         double now = current_rss();
         if (now > rss) rss = now;
@@ -318,6 +347,8 @@ int kvq_bench_model(int argc, char **argv) {
         printf("model synthetic=%s scheme=%s pp_tps=%.2f tg_tps=%.2f bound_tps=%.2f tg_bw_ratio=%.3f rss_ratio=%.3f%s", synth,
                scheme, (double)pp / best_pp, tg_tps, bound, bound > 0 ? tg_tps / bound : 0, rss_ratio,
                i8_fields(tg_i8, tg_tps));
+    if (synth && pp_exact > 0)
+        printf(" pp_exact_tps=%.2f pp_speedup=%.3f pp_logits_rel_l2=%.2e", pp_exact, (double)pp / best_pp / pp_exact, pp_rel);
     else
         printf("model pp=%ld tg=%ld pp_tps=%.1f tg_tps=%.1f tg_bw_ratio=%.2f sample_greedy_us=%.1f sample_default_us=%.1f "
            "sample_default_128k_us=%.1f", pp, tg, (double)pp / best_pp, tg_tps,
@@ -327,6 +358,7 @@ int kvq_bench_model(int argc, char **argv) {
                (double)(st1.barriers - st0.barriers) / (double)tg, (double)(st1.submits - st0.submits) / (double)tg);
     printf("\n");
     free(ids);
+    free(lg_exact);
     kvq_context_free(c);
     kvq_model_free(m);
     return 0;

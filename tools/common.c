@@ -111,6 +111,7 @@ int kvq_tool_model_flag(const char *prog, const kvq_tool_model_flags *f, int arg
     if (IS("--aqlm-cb8", "--aqlm-cb8")) return *f->aqlm_cb8 = 1;
     if (IS("--aqlm-lut8", "--aqlm-lut8")) return *f->aqlm_lut8 = 1;
     if (IS("--aqlm-i8", "--aqlm-i8")) return *f->aqlm_i8 = 1;
+    if (IS("--exact", "--exact")) return *f->exact = 1;
     if (IS("--kv-rotate", "--kv-rotate")) return (*f->kv_rotate = 1);
     if (IS("--no-kv-rotate", "--no-kv-rotate")) return (*f->kv_rotate = 0) + 1;
     static const char *const valued[] = {"-m",  "--model",   "--backend",    "--device",         "-ngl", "--n-gpu-layers",

@@ -19,12 +19,12 @@ int kvq_tool_parse_int(const char *s, long lo, long hi, long *out);
 int kvq_tool_parse_ngl(const char *s, int *out);
 
 /* The model, backend and cache flags every model-running tool takes, each pointing at the
- * tool's own option field: -m, --backend, --device, -ngl, --aqlm-cb8, --aqlm-lut8, --aqlm-i8, -c, -b, -t,
+ * tool's own option field: -m, --backend, --device, -ngl, --aqlm-cb8, --aqlm-lut8, --aqlm-i8, --exact, -c, -b, -t,
  * -ctk, -ctv, --kv-rotate, --no-kv-rotate. */
 typedef struct {
     const char **model, **backend, **device;
     long *n_ctx, *n_batch, *threads;
-    int *type_k, *type_v, *kv_rotate, *aqlm_cb8, *aqlm_lut8, *aqlm_i8, *ngl;
+    int *type_k, *type_v, *kv_rotate, *aqlm_cb8, *aqlm_lut8, *aqlm_i8, *ngl, *exact;
 } kvq_tool_model_flags;
 
 /* argv[*i] as one of those flags: 1 when it was (its value taken, *i advanced past it), 0 when it

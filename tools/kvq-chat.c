@@ -54,6 +54,7 @@ static void usage(FILE *f) {
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
             "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (faster, ~1%% matmul change)\n"
+            "  --exact               CPU: prompts through the exact AQLM paths too (default: int8 tiles, README)\n"
             "  --ids                 with -p: print generated token ids instead of text\n"
             "  --verbose-prompt      print the prompt's token ids on stderr\n"
             "  --logits-out FILE     with -p: write float32 logits of the last prompt position\n"
@@ -70,7 +71,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
     o->kv_rotate = -1;
     o->ngl = -1;
     const kvq_tool_model_flags mf = {&o->model, &o->backend, &o->device, &o->n_ctx, &o->n_batch, &o->threads,
-                                     &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->aqlm_i8, &o->ngl};
+                                     &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->aqlm_i8, &o->ngl, &o->exact};
     for (int i = 1; i < argc; i++) {
         int mr = kvq_tool_model_flag(P, &mf, argc, argv, &i);
         if (mr < 0) return 1;
@@ -303,6 +304,7 @@ int main(int argc, char **argv) {
     mp.aqlm_cb8 = o.aqlm_cb8;
     mp.aqlm_lut8 = o.aqlm_lut8;
     mp.aqlm_i8 = o.aqlm_i8;
+    mp.exact = o.exact;
     double t0 = kvq_tool_now();
     kvq_model *m;
     chat_progress prog;

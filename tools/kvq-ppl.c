@@ -28,6 +28,7 @@ static void usage(FILE *f) {
             "  -ctk, -ctv T          K / V cache types: f32, f16, q8, q4 (default f16)\n"
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --kl-base T           also run with cache type T for K and V and report KL divergence against it\n"
+            "  --kl-exact            report KL divergence against the same model with --exact (a second load)\n"
             "  --kl-at P,P,...       with --kl-base: also the KL of the %d positions of each chunk ending at position P\n"
             "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
             "  -ngl N                with a GPU backend: the last N layers on it, the rest on the CPU (all / -1: every layer; auto: what fits)\n"
@@ -35,6 +36,7 @@ static void usage(FILE *f) {
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
             "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (faster, ~1%% matmul change)\n"
+            "  --exact               CPU: prompts through the exact AQLM paths too (default: int8 tiles, README)\n"
             "  -h, --help            this help\n"
             "  --version             print the version\n"
             "Last stdout line: ppl = <value>\n", KL_WINDOW);
@@ -128,10 +130,10 @@ int main(int argc, char **argv) {
     long kl_at[KL_AT_MAX];
     int n_kl_at = 0;
     long n_ctx = 512, chunks = 0, n_batch = 0, threads = 0;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1, cb8 = 0, lut8 = 0, i8 = 0, ngl = -1;
+    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1, cb8 = 0, lut8 = 0, i8 = 0, exact = 0, kl_exact = 0, ngl = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate", "--aqlm-cb8", "--aqlm-lut8", "--aqlm-i8"};
+        static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate", "--aqlm-cb8", "--aqlm-lut8", "--aqlm-i8", "--exact", "--kl-exact"};
         static const char *const valued[] = {"-m", "--model", "-f", "--file", "--backend", "--device", "-c", "--ctx-size", "--chunks",
                                              "-b", "--batch-size", "-t", "--threads", "-ctk", "--cache-type-k", "-ctv",
                                              "--cache-type-v", "--kl-base", "-ngl", "--n-gpu-layers", "--ids", "--kl-at"};
@@ -146,6 +148,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--aqlm-cb8")) cb8 = 1;
         else if (!strcmp(a, "--aqlm-lut8")) lut8 = 1;
         else if (!strcmp(a, "--aqlm-i8")) i8 = 1;
+        else if (!strcmp(a, "--exact")) exact = 1;
+        else if (!strcmp(a, "--kl-exact")) kl_exact = 1;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
         else if (!strcmp(a, "--ids")) ids_file = v;
@@ -166,7 +170,8 @@ int main(int argc, char **argv) {
         return kvq_tool_die(P, "bad value '%s' for %s", v, a);
     }
     if (!file == !ids_file) return kvq_tool_die(P, "give a text file (-f FILE) or token ids (--ids FILE)");
-    if (n_kl_at && kl_base < 0) return kvq_tool_die(P, "--kl-at needs --kl-base");
+    if (kl_exact && (kl_base >= 0 || exact)) return kvq_tool_die(P, "--kl-exact goes with neither --kl-base nor --exact");
+    if (n_kl_at && kl_base < 0 && !kl_exact) return kvq_tool_die(P, "--kl-at needs --kl-base or --kl-exact");
     for (int i = 0; i < n_kl_at; i++)
         if (kl_at[i] > n_ctx || kl_at[i] < KL_WINDOW)
             return kvq_tool_die(P, "--kl-at %ld: positions must lie in %d..%ld (-c)", kl_at[i], KL_WINDOW, n_ctx);
@@ -202,12 +207,19 @@ int main(int argc, char **argv) {
     mp.aqlm_cb8 = cb8;
     mp.aqlm_lut8 = lut8;
     mp.aqlm_i8 = i8;
+    mp.exact = exact;
     kvq_model *m;
     if (kvq_model_load(model, &mp, &m) != KVQ_OK) {
         free(text);
         return kvq_tool_die(P, "%s", kvq_last_error());
     }
     kvq_tool_report_backend(P, m);
+    kvq_model *mb = NULL; /* --kl-exact: the same checkpoint with exact prompt paths, the base of the KL */
+    if (kl_exact) {
+        kvq_model_params mpx = mp;
+        mpx.exact = 1;
+        if (kvq_model_load(model, &mpx, &mb) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+    }
     const kvq_tokenizer *tok = kvq_model_tokenizer(m);
     if (text) {
         n_tok = kvq_tokenize(tok, text, (size_t)len, 0, NULL, 0);
@@ -225,8 +237,10 @@ int main(int argc, char **argv) {
     if (bos < 0) return kvq_tool_die(P, "%s: the tokenizer has no BOS token", model);
 
     kvq_context *c = make_ctx(m, (int)n_ctx, (int)n_batch, tk, tv, rot);
-    kvq_context *cb = kl_base >= 0 ? make_ctx(m, (int)n_ctx, (int)n_batch, kl_base, kl_base, rot) : NULL;
-    if (!c || (kl_base >= 0 && !cb)) return kvq_tool_die(P, "%s", kvq_last_error());
+    kvq_context *cb = kl_base >= 0 ? make_ctx(m, (int)n_ctx, (int)n_batch, kl_base, kl_base, rot)
+                      : mb        ? make_ctx(mb, (int)n_ctx, (int)n_batch, tk, tv, rot)
+                                  : NULL;
+    if (!c || ((kl_base >= 0 || mb) && !cb)) return kvq_tool_die(P, "%s", kvq_last_error());
     int nv = kvq_model_n_vocab(m);
     size_t n_scored = (size_t)n_chunks * n_ctx;
     double nll = 0;
@@ -272,7 +286,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < k; i++) sum += kls[i];
         qsort(kls, k, sizeof *kls, cmp_double);
         size_t p99 = (size_t)ceil(0.99 * (double)k) - 1;
-        printf("kl_base = %s\n", kvq_cache_type_name((kvq_cache_type)kl_base));
+        printf("kl_base = %s\n", mb ? "exact" : kvq_cache_type_name((kvq_cache_type)kl_base));
         printf("mean_kld = %.6f\n", sum / (double)k);
         printf("p99_kld = %.6f\n", kls[p99]);
         printf("top1_agree = %.2f%%\n", 100.0 * (double)agree / (double)k);
@@ -288,6 +302,7 @@ int main(int argc, char **argv) {
     free(ids);
     kvq_context_free(cb);
     kvq_context_free(c);
+    kvq_model_free(mb);
     kvq_model_free(m);
     return 0;
 }

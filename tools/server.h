@@ -105,7 +105,7 @@ typedef struct {
     const char *model_dir, *backend, *device, *chat_template, *alias, *api_key, *host;
     long port, n_slots, n_ctx, n_batch, chunk, threads, queue;
     int ngl; /* -ngl: layers on the GPU backend, -1 all */
-    int type_k, type_v, kv_rotate, aqlm_cb8, aqlm_lut8, aqlm_i8;
+    int type_k, type_v, kv_rotate, aqlm_cb8, aqlm_lut8, aqlm_i8, exact;
 } srv_opts;
 
 /* Loads nothing: takes the model, makes one context per slot and starts the scheduler thread. */

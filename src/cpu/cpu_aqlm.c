@@ -199,6 +199,7 @@ int kvq_cpu_aqlm_init(kvq_cpu_weight *w, const kvq_weight_desc *d) {
     w->G = d->cols / d->in_group;
     w->kind = d->nbits == 8 ? KVQ_CW_AQLM_LUT : KVQ_CW_AQLM_GATHER;
     w->lut8 = d->lut8 && d->nbits == 8;
+    w->exact = d->exact;
     w->rows_pad = (w->rows + KVQ_AQLM_RB - 1) / KVQ_AQLM_RB * KVQ_AQLM_RB;
 
     size_t K = (size_t)1 << d->nbits, M = (size_t)w->M, ig = (size_t)w->ig, n_cb = M * K * ig;

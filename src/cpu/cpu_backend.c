@@ -15,6 +15,7 @@ struct kvq_bctx {
     int aqlm_cb8;  /* kvq_backend_opts.aqlm_cb8, passed to every weight */
     int aqlm_lut8; /* kvq_backend_opts.aqlm_lut8, likewise */
     int aqlm_i8;   /* kvq_backend_opts.aqlm_i8, likewise */
+    int exact;     /* kvq_backend_opts.exact, likewise */
     kvq_status err; /* first failure of an op since the last buf_read (ops cannot fail individually) */
     char err_msg[256]; /* its message, for buf_read to report */
     char desc[128];
@@ -54,9 +55,10 @@ static kvq_status cpu_init(const kvq_backend_opts *o, kvq_bctx **out) {
     b->aqlm_cb8 = o && o->aqlm_cb8;
     b->aqlm_lut8 = o && o->aqlm_lut8;
     b->aqlm_i8 = o && o->aqlm_i8;
-    snprintf(b->desc, sizeof b->desc, "cpu: %d threads, %s%s%s%s", b->n_threads, kvq_isa_name(kvq_cpu_isa()),
+    b->exact = o && o->exact;
+    snprintf(b->desc, sizeof b->desc, "cpu: %d threads, %s%s%s%s%s", b->n_threads, kvq_isa_name(kvq_cpu_isa()),
              b->aqlm_cb8 ? ", int8 AQLM codebooks" : "", b->aqlm_lut8 ? ", int8 AQLM tables" : "",
-             b->aqlm_i8 ? ", int8 1x16 AQLM dot products" : "");
+             b->aqlm_i8 ? ", int8 1x16 AQLM dot products" : "", b->exact ? ", exact prompts" : "");
     *out = b;
     return KVQ_OK;
 }
@@ -107,6 +109,7 @@ static kvq_wt *cpu_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
     dd.cb8 = b->aqlm_cb8;
     dd.lut8 = b->aqlm_lut8;
     dd.i8 = b->aqlm_i8;
+    dd.exact = b->exact;
     w->w = kvq_cpu_weight_new(&dd);
     /* f32 copies of small dense tensors: norm gains (one row, or one per head for q/k norms) */
     int small = d->rows == 1 || (d->fmt != KVQ_W_AQLM && d->rows <= 128 && (size_t)d->rows * d->cols <= ((size_t)1 << 20));

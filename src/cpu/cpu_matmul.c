@@ -755,6 +755,14 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
             matmul_slow(w, x, y, n);
         return;
     }
+    const kvq_i8t_kernel *ik = w->kind != KVQ_CW_DENSE && !w->exact && n >= KVQ_I8T_MIN_N ? kvq_i8t_kernel_for_cpu() : NULL;
+    if (ik) {
+        void *buf = scratch((kvq_i8t_scratch_bytes(w->cols, n, nt) + 3) / 4);
+        if (buf) {
+            kvq_cpu_matmul_i8t(w, ik, k->aqlm_rows, x, y, n, nt, buf);
+            return;
+        }
+    }
     int batch_lutq = n >= KVQ_LUTQ_MIN_N && (n < KVQ_LUTQ_MAX_N || !amx_ready()) && k->lutq_gemm && (size_t)w->G * w->M <= 65536;
     if (w->kind == KVQ_CW_AQLM_LUT && batch_lutq) {
         int tm = lutq_chunk(w);

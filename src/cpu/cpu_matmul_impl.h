@@ -69,6 +69,7 @@ struct kvq_cpu_weight {
     int8_t *cb8;
     float cb8_scale;
     int lut8;       /* LUT with kvq_weight_desc.lut8: int8 tables where the kernels have them (lut8_*) */
+    int exact;      /* kvq_weight_desc.exact: batches keep to the exact paths (no int8 tiles or tables) */
     /* GATHER with kvq_weight_desc.i8 and M == 1 (cpu_aqlm_i8.c): int8
      * codewords [2^nbits][ig] (cb16 and cb8 are then NULL), renumbered at
      * load so that their scales come in KVQ_I8_CLASSES classes of equal
@@ -299,6 +300,68 @@ int kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst);
  * matmul's outputs, random weights and activations: ~6e-3) that
  * tests/test_matmul.c holds it to, next to the per-output bound stated there. */
 #define KVQ_I8_REL_L2 2e-2
+
+/* ---- int8 tiles for batched AQLM matmuls (cpu_i8tile*.c) ----
+ * A panel is KVQ_I8T_PR rows of int8 weights over the padded columns
+ * (kvq_i8t_cols_pad: a multiple of KVQ_I8T_KB), stored per block b and
+ * 16-row vector v as KVQ_I8T_VBYTES bytes at wp + (b*KVQ_I8T_NV + v) *
+ * KVQ_I8T_VBYTES: for each 4 columns k4, the 16 rows' 4 bytes (row-major
+ * 4-byte groups: one vpdpbusd operand, 4 sdot operands). sw / wsum: per block
+ * and row (b*PR + r) the scale and the sum of the row's int8 values.
+ * Activations: token t's int8 values at xq + t*kp (q ^ 0x80 where the
+ * kernel's flip is 1), its block scales at sa + t*nb. */
+#define KVQ_I8T_KB 256 /* values per scale block */
+#define KVQ_I8T_PR 64  /* rows per panel */
+#define KVQ_I8T_NV (KVQ_I8T_PR / 16)
+#define KVQ_I8T_VBYTES (16 * KVQ_I8T_KB)
+#define KVQ_I8T_KC 4 /* blocks per chunk that all tokens pass over while it sits in L2 */
+/* From this many tokens on, AQLM weights (unless exact) go through the tiles
+ * where the CPU has a kernel (kvq_cpu_matmul). */
+#define KVQ_I8T_MIN_N 32
+/* Accuracy of the int8 tiles against the f32 reference (rel L2 over a
+ * matmul's outputs, random weights and activations) that tests hold them to,
+ * beside the per-output bound (cpu_i8tile.c). */
+#define KVQ_I8T_REL_L2 4e-2
+int kvq_i8t_cols_pad(int cols);
+/* Token x (cols values) as int8 blocks with their scales (flip: store q ^ 0x80). */
+void kvq_i8t_quant_x(const float *x, int cols, int8_t *q, float *sa, int flip);
+/* nr <= KVQ_I8T_PR f32 rows (row r at rows + r*cols) as one panel; rows past nr are zero. */
+void kvq_i8t_pack(const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum);
+/* yt[t*KVQ_I8T_PR + r] += sum over blocks [b0, b1) of (q_w . q_x) * sw * sa, one
+ * fmaf per block in block order, for tokens t < nt (kp: bytes per token of
+ * xq, nb: scales per token of sa). */
+typedef void (*kvq_i8t_panel_fn)(const int8_t *wp, const float *sw, const int32_t *wsum, int b0, int b1,
+                                 const int8_t *xq, size_t kp, const float *sa, size_t nb, int nt, float *yt);
+typedef struct {
+    kvq_i8t_panel_fn panel;
+    void (*pack)(const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum); /* as kvq_i8t_pack */
+    void (*quant)(const float *x, int cols, int8_t *q, float *sa, int flip);               /* as kvq_i8t_quant_x */
+    int flip; /* 1: activations as q ^ 0x80 (vpdpbusd's unsigned operand; the kernel subtracts 128 * wsum) */
+} kvq_i8t_kernel;
+void kvq_i8t_panel_scalar(const int8_t *wp, const float *sw, const int32_t *wsum, int b0, int b1, const int8_t *xq,
+                          size_t kp, const float *sa, size_t nb, int nt, float *yt);
+#if defined(__x86_64__)
+int kvq_cpu_has_vnni(void);
+void kvq_i8t_panel_vnni(const int8_t *wp, const float *sw, const int32_t *wsum, int b0, int b1, const int8_t *xq,
+                        size_t kp, const float *sa, size_t nb, int nt, float *yt);
+void kvq_i8t_pack_avx512(const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum);
+void kvq_i8t_quant_x_avx512(const float *x, int cols, int8_t *q, float *sa, int flip);
+void kvq_i8t_panel_avx2(const int8_t *wp, const float *sw, const int32_t *wsum, int b0, int b1, const int8_t *xq,
+                        size_t kp, const float *sa, size_t nb, int nt, float *yt);
+#endif
+#if defined(__aarch64__)
+void kvq_i8t_panel_neon(const int8_t *wp, const float *sw, const int32_t *wsum, int b0, int b1, const int8_t *xq,
+                        size_t kp, const float *sa, size_t nb, int nt, float *yt);
+#endif
+/* The SIMD panel kernel of this CPU (ISA as kvq_cpu_isa), NULL if none. */
+const kvq_i8t_kernel *kvq_i8t_kernel_for_cpu(void);
+/* Rows [r0, r1) of w as f32, scale applied (kvq_mm_kernels.aqlm_rows). */
+typedef void (*kvq_rows_fn)(const kvq_cpu_weight *w, int r0, int r1, float *out);
+/* Scratch bytes kvq_cpu_matmul_i8t needs for n tokens on nt threads. */
+size_t kvq_i8t_scratch_bytes(int cols, int n, int nt);
+/* kvq_cpu_matmul of an AQLM weight through int8 tiles, on nt threads. */
+void kvq_cpu_matmul_i8t(const kvq_cpu_weight *w, const kvq_i8t_kernel *ik, kvq_rows_fn rows_fn, const float *x,
+                        float *y, int n, int nt, void *buf);
 
 /* Codeword gathers from a cold codebook (1 MB for 1x16, a different one per
  * matrix) wait on DRAM line by line, so the gather kernels call this for

@@ -20,7 +20,7 @@ static kvq_status pick_backend(kvq_model *m, const kvq_model_params *p) {
     const char *want = p->backend && *p->backend && strcmp(p->backend, "auto") ? p->backend : NULL;
     int named_dev = p->device && *p->device;
     kvq_backend_opts o = {.n_threads = p->n_threads, .device = p->device, .allow_software = want != NULL || named_dev,
-                          .aqlm_cb8 = p->aqlm_cb8, .aqlm_lut8 = p->aqlm_lut8, .aqlm_i8 = p->aqlm_i8};
+                          .aqlm_cb8 = p->aqlm_cb8, .aqlm_lut8 = p->aqlm_lut8, .aqlm_i8 = p->aqlm_i8, .exact = p->exact};
     if (want) {
         m->be = kvq_backend_find(want);
         if (!m->be) return kvq_fail(KVQ_ERR_UNSUPPORTED, "backend '%s' is not built into this kvq (built: %s)", want, kvq_backend_names());
@@ -135,7 +135,7 @@ static kvq_status plan_devices(kvq_model *m, const kvq_model_params *p) {
     if (n > L) n = L;
     const kvq_backend *cpu = kvq_backend_find("cpu");
     kvq_bctx *cb = NULL;
-    kvq_backend_opts o = {.n_threads = p->n_threads, .aqlm_cb8 = p->aqlm_cb8, .aqlm_lut8 = p->aqlm_lut8, .aqlm_i8 = p->aqlm_i8};
+    kvq_backend_opts o = {.n_threads = p->n_threads, .aqlm_cb8 = p->aqlm_cb8, .aqlm_lut8 = p->aqlm_lut8, .aqlm_i8 = p->aqlm_i8, .exact = p->exact};
     kvq_status s = cpu->init(&o, &cb);
     if (s) return s;
     if (n == 0) { /* the CPU alone */

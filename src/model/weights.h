@@ -57,6 +57,9 @@ typedef struct {
      * int8 codewords with a scale each and multiply them with int8-quantized
      * activations (lossy; the CPU backend's opt-in). */
     int i8;
+    /* 1: no lossy batched paths (int8 tiles or tables for prompts) either;
+     * kvq_model_params.exact. */
+    int exact;
 } kvq_weight_desc;
 
 /* Code value for (row o, group g, codebook m), already reduced mod 2^nbits. */
