@@ -666,7 +666,7 @@ static void check_i8t(wdesc *w, const char *what) {
     int nk = 0;
 #if defined(__x86_64__)
     static const kvq_i8t_kernel vnni = {kvq_i8t_panel_vnni, kvq_i8t_pack_avx512, kvq_i8t_quant_x_avx512, 1},
-                                avx2 = {kvq_i8t_panel_avx2, kvq_i8t_pack, kvq_i8t_quant_x, 0};
+                                avx2 = {kvq_i8t_panel_avx2, kvq_i8t_pack_avx2, kvq_i8t_quant_x_avx2, 0};
     if (kvq_cpu_isa_available(KVQ_ISA_AVX512) && kvq_cpu_has_vnni()) ks[nk++] = &vnni;
     if (kvq_cpu_isa_available(KVQ_ISA_AVX2)) ks[nk++] = &avx2;
 #endif
@@ -745,6 +745,9 @@ static void test_i8tile(void **state) {
     wdesc_free(&w);
     make_aqlm(&w, 64, 520, 3, 8, 8, 1, 0); /* odd M */
     check_i8t(&w, "i8t 3x8 64x520");
+    wdesc_free(&w);
+    make_aqlm(&w, 70, 11008, 2, 8, 8, 1, 0); /* Llama-2-7B's down_proj columns: 43 blocks, chunks of KVQ_I8T_KC */
+    check_i8t(&w, "i8t 2x8 70x11008");
     wdesc_free(&w);
 }
 

@@ -104,7 +104,7 @@ const kvq_i8t_kernel *kvq_i8t_kernel_for_cpu(void) {
 #if defined(__x86_64__)
     static const kvq_i8t_kernel vnni = {kvq_i8t_panel_vnni, kvq_i8t_pack_avx512, kvq_i8t_quant_x_avx512, 1},
                                 avx512 = {kvq_i8t_panel_avx2, kvq_i8t_pack_avx512, kvq_i8t_quant_x_avx512, 0},
-                                avx2 = {kvq_i8t_panel_avx2, kvq_i8t_pack, kvq_i8t_quant_x, 0};
+                                avx2 = {kvq_i8t_panel_avx2, kvq_i8t_pack_avx2, kvq_i8t_quant_x_avx2, 0};
     switch (kvq_cpu_isa()) {
     case KVQ_ISA_AVX512: return kvq_cpu_has_vnni() ? &vnni : &avx512;
     case KVQ_ISA_AVX2: return &avx2;

@@ -317,7 +317,9 @@ int kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst);
 #define KVQ_I8T_KC 4 /* blocks per chunk that all tokens pass over while it sits in L2 */
 /* From this many tokens on, AQLM weights (unless exact) go through the tiles
  * where the CPU has a kernel (kvq_cpu_matmul). */
+#ifndef KVQ_I8T_MIN_N
 #define KVQ_I8T_MIN_N 32
+#endif
 /* Accuracy of the int8 tiles against the f32 reference (rel L2 over a
  * matmul's outputs, random weights and activations) that tests hold them to,
  * beside the per-output bound (cpu_i8tile.c). */
@@ -346,6 +348,8 @@ void kvq_i8t_panel_vnni(const int8_t *wp, const float *sw, const int32_t *wsum, 
                         size_t kp, const float *sa, size_t nb, int nt, float *yt);
 void kvq_i8t_pack_avx512(const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum);
 void kvq_i8t_quant_x_avx512(const float *x, int cols, int8_t *q, float *sa, int flip);
+void kvq_i8t_pack_avx2(const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum);
+void kvq_i8t_quant_x_avx2(const float *x, int cols, int8_t *q, float *sa, int flip);
 void kvq_i8t_panel_avx2(const int8_t *wp, const float *sw, const int32_t *wsum, int b0, int b1, const int8_t *xq,
                         size_t kp, const float *sa, size_t nb, int nt, float *yt);
 #endif

@@ -123,6 +123,55 @@ static void aqlm_case(int rows, int cols, int M, int nbits, int ig, int off, int
     free(sc);
 }
 
+/* Int8 tiles for prompts (45 tokens, not exact): the sdot panel kernel bit-identical to the scalar
+ * spec on the same rows, and the NEON dispatch within KVQ_I8T_REL_L2 of the reference (and off
+ * f32 rounding: the tiles are in use) where the CPU has sdot. */
+static void i8t_case(int rows, int cols, int M, int nbits, int ig) {
+    int cbytes = nbits > 8 ? 2 : 1, n = 45;
+    size_t n_codes = (size_t)rows * (cols / ig) * M, K = (size_t)1 << nbits;
+    char *codes = malloc(n_codes * cbytes), *cb = malloc((size_t)M * K * ig * 2), *sc = malloc((size_t)rows * 2);
+    for (size_t i = 0; i < n_codes * cbytes; i++) codes[i] = (char)rnd();
+    for (size_t i = 0; i < (size_t)M * K * ig; i++) {
+        uint16_t h = kvq_f32_to_f16(randf());
+        memcpy(cb + 2 * i, &h, 2);
+    }
+    for (int o = 0; o < rows; o++) {
+        uint16_t h = kvq_f32_to_f16(0.5f + randf());
+        memcpy(sc + 2 * o, &h, 2);
+    }
+    kvq_weight_desc d = {.fmt = KVQ_W_AQLM, .rows = rows, .cols = cols, .n_codebooks = M, .nbits = nbits, .in_group = ig,
+                         .code_bytes = cbytes, .codes = codes, .codebooks = cb, .scales = sc, .name = "aqlm"};
+    float *x = malloc(sizeof(float) * n * (size_t)cols), *y = malloc(sizeof(float) * n * (size_t)rows),
+          *yr = malloc(sizeof(float) * n * (size_t)rows), *ys = malloc(sizeof(float) * n * (size_t)rows);
+    for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = randf();
+    kvq_ref_matmul(&d, x, yr, n);
+    kvq_cpu_set_isa(KVQ_ISA_NEON);
+    kvq_cpu_weight *w = kvq_cpu_weight_new(&d);
+    g_cases++;
+    if (kvq_cpu_has_dotprod()) {
+        static const kvq_i8t_kernel spec = {kvq_i8t_panel_scalar, kvq_i8t_pack, kvq_i8t_quant_x, 0},
+                                    neon = {kvq_i8t_panel_neon, kvq_i8t_pack, kvq_i8t_quant_x, 0};
+        void *buf = kvq_alloc_aligned(kvq_i8t_scratch_bytes(cols, n, 2));
+        kvq_cpu_matmul_i8t(w, &spec, kvq_aqlm_rows_scalar, x, ys, n, 2, buf);
+        kvq_cpu_matmul_i8t(w, &neon, kvq_aqlm_rows_scalar, x, y, n, 2, buf);
+        kvq_free_aligned(buf);
+        if (memcmp(y, ys, sizeof(float) * n * (size_t)rows)) {
+            printf("FAIL i8t %dx%d M=%d nbits=%d: sdot panel kernel differs from the scalar spec\n", rows, cols, M, nbits);
+            g_fail = 1;
+        }
+    }
+    memset(y, 0xff, sizeof(float) * n * (size_t)rows);
+    kvq_cpu_matmul(w, x, y, n, 2);
+    double e = rel_l2(y, yr, (size_t)n * rows);
+    int tiles = kvq_cpu_has_dotprod();
+    if (!(e <= (tiles ? KVQ_I8T_REL_L2 : 1e-5)) || (tiles && !(e > 1e-6))) {
+        printf("FAIL i8t %dx%d M=%d nbits=%d: rel L2 %.3g (tiles %d)\n", rows, cols, M, nbits, e, tiles);
+        g_fail = 1;
+    }
+    kvq_cpu_weight_free(w);
+    free(codes), free(cb), free(sc), free(x), free(y), free(yr), free(ys);
+}
+
 int main(void) {
     if (!kvq_cpu_isa_available(KVQ_ISA_NEON)) {
         printf("FAIL: NEON not reported available\n");
@@ -144,6 +193,8 @@ int main(void) {
     aqlm_case(37, 104, 1, 16, 8, 1, 2); /* int8 codewords and dot products (opt-in): odd group count */
     aqlm_case(70, 208, 1, 16, 16, 0, 2); /* g16 */
     aqlm_case(301, 1032, 1, 16, 8, 0, 2); /* several threads, a short last step */
+    i8t_case(37, 104, 2, 8, 8);    /* 2x8: a partial panel, one short block */
+    i8t_case(150, 1032, 1, 16, 8); /* 1x16: several panels and threads */
     if (g_fail) return 1;
     printf("ok: %d matmul cases, NEON and scalar vs reference\n", g_cases);
     return 0;

@@ -30,7 +30,8 @@ fi
 "$QEMU" "$OUT/neon_test"
 # Matmul kernels: cpu_matmul.c needs OpenMP, so without a static libgomp this part is skipped.
 MSRC="$ROOT/tests/neon/neon_matmul_test.c $ROOT/src/ref/ref_weights.c $ROOT/src/cpu/cpu_matmul.c $ROOT/src/cpu/cpu_aqlm.c
-      $ROOT/src/cpu/cpu_matmul_neon.c $ROOT/src/cpu/cpu_aqlm_i8.c $ROOT/src/cpu/cpu_aqlm_i8_neon.c $ROOT/src/util.c
+      $ROOT/src/cpu/cpu_matmul_neon.c $ROOT/src/cpu/cpu_aqlm_i8.c $ROOT/src/cpu/cpu_aqlm_i8_neon.c $ROOT/src/cpu/cpu_i8tile.c
+      $ROOT/src/cpu/cpu_i8tile_neon.c $ROOT/src/util.c
       $ROOT/src/cpu/cpu_features.c"
 if [ "$OMP" = 1 ]; then
     # shellcheck disable=SC2086
