@@ -62,6 +62,9 @@ typedef struct kvq_backend {
     /* 1: weights may stay references into the checkpoint mapping (the model keeps it mapped);
      * 0: weight_upload copies everything, so the model unmaps the checkpoint after loading. */
     int weights_in_place;
+    /* 1: weight_upload and weight_bytes may run on several threads at once (the loader then
+     * uploads layers in parallel, each upload on one thread). */
+    int parallel_upload;
 
     /* ---- lifecycle ---- */
     /* Creates an instance; fails (with kvq_fail, one line naming the reason:

@@ -113,6 +113,20 @@ void kvq_mmap_release(const void *p, size_t n) {
     if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+/* One madvise maps a whole range of a file mapping instead of a page fault
+ * per few pages as it is read (each fault is dear under a hypervisor).
+ * Advice only: kernels before 5.14 refuse it and the reads fault as before. */
+void kvq_mmap_populate(const void *p, size_t n) {
+#ifdef MADV_POPULATE_READ
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || n == 0) return;
+    uintptr_t a = (uintptr_t)p / (uintptr_t)pg * (uintptr_t)pg, b = (uintptr_t)p + n;
+    (void)madvise((void *)a, b - a, MADV_POPULATE_READ);
+#else
+    (void)p, (void)n;
+#endif
+}
+
 kvq_status kvq_mmap_open(const char *path, kvq_mmap *m) {
     m->data = NULL;
     m->size = 0;

@@ -40,6 +40,8 @@ void kvq_free_aligned(void *p);
 /* The whole pages inside [p, p + n) of a read-only file mapping are not
  * needed any more (a copy was made): they leave this process's memory. */
 void kvq_mmap_release(const void *p, size_t n);
+/* Maps the pages of [p, p + n) of a file mapping now, in one call (advice only). */
+void kvq_mmap_populate(const void *p, size_t n);
 
 /* Read-only memory map of a whole file. */
 typedef struct {

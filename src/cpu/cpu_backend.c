@@ -353,6 +353,7 @@ static double cpu_bandwidth(kvq_bctx *b) { return kvq_cpu_read_bw_gbs((size_t)25
 const kvq_backend kvq_backend_cpu = {
     .name = "cpu",
     .weights_in_place = 1,
+    .parallel_upload = 1,
     .init = cpu_init,
     .release = cpu_release,
     .describe = cpu_describe,

@@ -1,4 +1,5 @@
 /* kvq_model_*: config + tokenizer + checkpoint -> weights on a backend. */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,6 +243,7 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
     kvq_model *m = calloc(1, sizeof *m);
     if (!m) return kvq_fail(KVQ_ERR_NOMEM, "out of memory");
     kvq_status s;
+    m->load_threads = p->n_threads > 0 ? p->n_threads : omp_get_num_procs(); /* as the CPU backend's */
     if ((s = kvq_hparams_load(dir, &m->hp)) || (s = kvq_tokenizer_load(dir, &m->tok)) ||
         (s = kvq_st_open_dir(&m->st, dir)) || (s = pick_backend(m, p)) || (s = plan_devices(m, p)) || (s = kvq_graph_check_backend(&m->hp, m->be)) || (s = kvq_model_load_weights(m, dir, &m->st)))
         goto fail;

@@ -38,7 +38,7 @@ struct kvq_model {
     kvq_dev dev[2];        /* dev[n_dev-1] is (be, bctx); with offload dev[0] is the CPU */
     int n_dev;
     int gpu_from;          /* with offload: the first layer on dev[1] */
-    int load_dev;          /* the device uploads go to while loading */
+    int load_threads;      /* threads that upload layers in parallel (kvq_model_params.n_threads) */
     size_t dev_bytes[2];   /* weight bytes on each device */
     kvq_wt *embed;         /* on dev[0] (embedding lookups) */
     kvq_wt *out_norm, *lm_head; /* on dev[n_dev-1]; lm_head == embed when tied on one device */
