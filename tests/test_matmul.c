@@ -648,7 +648,7 @@ static void test_i8(void **state) {
  * reference weights), the whole within KVQ_I8T_REL_L2 and above f32
  * rounding where the CPU has a kernel (the tiles are really in use). */
 static void check_i8t(wdesc *w, const char *what) {
-    static const int ns[] = {1, 7, 32, 45, 70};
+    static const int ns[] = {1, 7, 16, 45, 70};
     int rows = w->d.rows, cols = w->d.cols, nmax = 70, kp = kvq_i8t_cols_pad(cols), nb = kp / KVQ_I8T_KB;
     float *x = malloc(sizeof(float) * (size_t)nmax * cols), *y = malloc(sizeof(float) * (size_t)nmax * rows);
     float *yr = malloc(sizeof(float) * (size_t)nmax * rows), *ys = malloc(sizeof(float) * (size_t)nmax * rows);
@@ -697,7 +697,7 @@ static void check_i8t(wdesc *w, const char *what) {
         for (int pi = 0; path_get(pi, &pa); pi++) {
             int nt = 1 + (i + pi) % 3;
             kvq_cpu_weight *c2 = path_matmul(&w->d, x, y, n, nt, what);
-            int tiles = n >= KVQ_I8T_MIN_N && kvq_i8t_kernel_for_cpu() != NULL;
+            int tiles = n >= kvq_i8t_min_n(c2);
             double e = tu_rel_l2(y, yr, (size_t)n * rows);
             if (tiles && !(e <= KVQ_I8T_REL_L2 && e > 1e-5))
                 fail_msg("%s n=%d path=%s: rel L2 %.3g not in (1e-5, %.0e]", what, n, path_name(&pa), e, KVQ_I8T_REL_L2);

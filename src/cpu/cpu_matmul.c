@@ -11,6 +11,7 @@
  *  - AQLM with int8 codewords (opt-in, desc i8), any n: integer dot products (cpu_aqlm_i8.c);
  *  - everything else (batched): rows are widened/dequantized a tile at a time
  *    into a per-thread f32 buffer, and the tile is multiplied with all n tokens. */
+#include <limits.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -741,6 +742,12 @@ static void matmul_slow(const kvq_cpu_weight *w, const float *x, float *y, int n
         }
 }
 
+int kvq_i8t_min_n(const kvq_cpu_weight *w) {
+    if (w->kind == KVQ_CW_DENSE || w->exact || !kvq_i8t_kernel_for_cpu()) return INT_MAX;
+    if (w->kind == KVQ_CW_AQLM_GATHER) return KVQ_I8T_MIN_N_GATHER;
+    return kernels()->lutq_gemm && (size_t)w->G * w->M <= 65536 ? KVQ_I8T_MIN_N_TABLES : KVQ_I8T_MIN_N;
+}
+
 void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, int n_threads) {
     if (n <= 0) return;
     const kvq_mm_kernels *k = kernels();
@@ -755,7 +762,7 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
             matmul_slow(w, x, y, n);
         return;
     }
-    const kvq_i8t_kernel *ik = w->kind != KVQ_CW_DENSE && !w->exact && n >= KVQ_I8T_MIN_N ? kvq_i8t_kernel_for_cpu() : NULL;
+    const kvq_i8t_kernel *ik = n >= kvq_i8t_min_n(w) ? kvq_i8t_kernel_for_cpu() : NULL;
     if (ik) {
         void *buf = scratch((kvq_i8t_scratch_bytes(w->cols, n, nt) + 3) / 4);
         if (buf) {

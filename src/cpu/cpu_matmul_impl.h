@@ -315,11 +315,21 @@ int kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst);
 #define KVQ_I8T_NV (KVQ_I8T_PR / 16)
 #define KVQ_I8T_VBYTES (16 * KVQ_I8T_KB)
 #define KVQ_I8T_KC 4 /* blocks per chunk that all tokens pass over while it sits in L2 */
-/* From this many tokens on, AQLM weights (unless exact) go through the tiles
- * where the CPU has a kernel (kvq_cpu_matmul). */
-#ifndef KVQ_I8T_MIN_N
+/* From how many tokens on an AQLM weight (unless exact) goes through the tiles,
+ * where the CPU has a kernel (kvq_cpu_matmul): the panel decode has to be
+ * spread over enough tokens to beat the per-token paths. Measured, synthetic
+ * Llama-2-7B, 2 threads, AVX-512 VNNI+VBMI VM (prompt tok/s, tiles vs the
+ * other path): 1x16 vs the codeword-gather GEMV 6.3 / 5.9 at 16 tokens, 9.1 /
+ * 7.4 at 24; 2x8 vs batched int16 tables 10.0 / 12.7 at 32, 13.6 / 13.5 at
+ * 48, 18.9 / 18.3 at 64, 27.6 / 18.7 at 96. Without batched tables (AVX2,
+ * NEON, AVX-512 without VBMI) 2x8 batches would take dequantize + f32 GEMM,
+ * which the tiles beat from fewer tokens still. */
+#define KVQ_I8T_MIN_N_GATHER 16
+#define KVQ_I8T_MIN_N_TABLES 48
 #define KVQ_I8T_MIN_N 32
-#endif
+/* The first batch size that takes the tiles for w on the current kernels
+ * (INT_MAX: never, exact or no kernel). */
+int kvq_i8t_min_n(const kvq_cpu_weight *w);
 /* Accuracy of the int8 tiles against the f32 reference (rel L2 over a
  * matmul's outputs, random weights and activations) that tests hold them to,
  * beside the per-output bound (cpu_i8tile.c). */
