@@ -661,17 +661,17 @@ static void check_i8t(wdesc *w, const char *what) {
     kvq_cpu_weight *cw = kvq_cpu_weight_new(&w->d);
     assert_non_null(cw);
     /* 1. kernels against the spec, same rows (scalar decode) */
-    const kvq_i8t_kernel spec = {kvq_i8t_panel_scalar, kvq_i8t_pack, kvq_i8t_quant_x, 0};
+    const kvq_i8t_kernel spec = {kvq_i8t_panel_scalar, kvq_i8t_qblock_scalar, 0};
     const kvq_i8t_kernel *ks[3];
     int nk = 0;
 #if defined(__x86_64__)
-    static const kvq_i8t_kernel vnni = {kvq_i8t_panel_vnni, kvq_i8t_pack_avx512, kvq_i8t_quant_x_avx512, 1},
-                                avx2 = {kvq_i8t_panel_avx2, kvq_i8t_pack_avx2, kvq_i8t_quant_x_avx2, 0};
+    static const kvq_i8t_kernel vnni = {kvq_i8t_panel_vnni, kvq_i8t_qblock_avx512, 1},
+                                avx2 = {kvq_i8t_panel_avx2, kvq_i8t_qblock_avx2, 0};
     if (kvq_cpu_isa_available(KVQ_ISA_AVX512) && kvq_cpu_has_vnni()) ks[nk++] = &vnni;
     if (kvq_cpu_isa_available(KVQ_ISA_AVX2)) ks[nk++] = &avx2;
 #endif
 #if defined(__aarch64__)
-    static const kvq_i8t_kernel neon = {kvq_i8t_panel_neon, kvq_i8t_pack, kvq_i8t_quant_x, 0};
+    static const kvq_i8t_kernel neon = {kvq_i8t_panel_neon, kvq_i8t_qblock_scalar, 0};
     if (kvq_cpu_has_dotprod()) ks[nk++] = &neon;
 #endif
     for (int i = 0; i < 5; i++) {

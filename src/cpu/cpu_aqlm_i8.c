@@ -166,16 +166,7 @@ static void add_bias(const kvq_cpu_weight *w, float *y, int r0, int r1) {
 static kvq_i8_gemv_fn i8_kernel(void) {
     switch (kvq_cpu_isa()) {
 #if defined(__x86_64__)
-    case KVQ_ISA_AVX512: {
-        static int vnni = -1;
-        int v = __atomic_load_n(&vnni, __ATOMIC_ACQUIRE);
-        if (v < 0) {
-            __builtin_cpu_init();
-            v = __builtin_cpu_supports("avx512vnni") != 0;
-            __atomic_store_n(&vnni, v, __ATOMIC_RELEASE);
-        }
-        return v ? kvq_aqlm_i8_gemv_vnni : kvq_aqlm_i8_gemv_avx2;
-    }
+    case KVQ_ISA_AVX512: return kvq_cpu_has_vnni() ? kvq_aqlm_i8_gemv_vnni : kvq_aqlm_i8_gemv_avx2;
     case KVQ_ISA_AVX2: return kvq_aqlm_i8_gemv_avx2;
 #endif
 #if defined(__aarch64__)

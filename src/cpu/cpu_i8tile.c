@@ -33,10 +33,9 @@ static inline float round_ne(float v) {
     return (v + magic) - magic;
 }
 
-/* q = round(v * 127 / max|v|) of n values (n <= KVQ_I8T_KB), zeros past n up to
- * KVQ_I8T_KB; returns the scale max|v| / 127 (NaN when a value is not finite:
- * the outputs that use the block become NaN, as the exact path's would). */
-static float quant_block(const float *v, int n, int8_t *q, int32_t *sum) {
+/* q = round(v * 127 / max|v|); a NaN scale makes the outputs that use the block
+ * NaN, as the exact path's would be. */
+float kvq_i8t_qblock_scalar(const float *v, int n, int8_t *q, int32_t *sum) {
     float mx = 0.0f;
     for (int k = 0; k < n; k++) mx = fabsf(v[k]) > mx || v[k] != v[k] ? fabsf(v[k]) : mx;
     int32_t s = 0;
@@ -57,24 +56,24 @@ static float quant_block(const float *v, int n, int8_t *q, int32_t *sum) {
     return mx / 127.0f;
 }
 
-void kvq_i8t_quant_x(const float *x, int cols, int8_t *q, float *sa, int flip) {
+void kvq_i8t_quant_x(kvq_i8t_qblock_fn qb, const float *x, int cols, int8_t *q, float *sa, int flip) {
     int kp = kvq_i8t_cols_pad(cols);
     for (int k0 = 0, b = 0; k0 < kp; k0 += KVQ_I8T_KB, b++) {
         int n = cols - k0 < KVQ_I8T_KB ? cols - k0 : KVQ_I8T_KB;
-        sa[b] = quant_block(x + k0, n, q + k0, NULL);
+        sa[b] = qb(x + k0, n, q + k0, NULL);
         if (flip)
             for (int k = 0; k < KVQ_I8T_KB; k++) q[k0 + k] = (int8_t)((uint8_t)q[k0 + k] ^ 0x80u);
     }
 }
 
-void kvq_i8t_pack(const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum) {
+void kvq_i8t_pack(kvq_i8t_qblock_fn qb, const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum) {
     int kp = kvq_i8t_cols_pad(cols), nb = kp / KVQ_I8T_KB;
     int8_t q[KVQ_I8T_KB];
     for (int r = 0; r < KVQ_I8T_PR; r++) {
         int v = r / 16, lane = r % 16;
         for (int b = 0; b < nb; b++) {
             int k0 = b * KVQ_I8T_KB, n = r < nr ? (cols - k0 < KVQ_I8T_KB ? cols - k0 : KVQ_I8T_KB) : 0;
-            float s = quant_block(rows + (size_t)r * cols + k0, n, q, &wsum[b * KVQ_I8T_PR + r]);
+            float s = qb(rows + (size_t)r * cols + k0, n, q, &wsum[b * KVQ_I8T_PR + r]);
             sw[b * KVQ_I8T_PR + r] = n ? s : 0.0f;
             int8_t *dst = wp + ((size_t)b * KVQ_I8T_NV + (size_t)v) * KVQ_I8T_VBYTES + (size_t)lane * 4;
             for (int k4 = 0; k4 < KVQ_I8T_KB / 4; k4++) memcpy(dst + (size_t)k4 * 64, q + 4 * k4, 4);
@@ -102,16 +101,16 @@ void kvq_i8t_panel_scalar(const int8_t *wp, const float *sw, const int32_t *wsum
  * caller then keeps its other paths: scalar int8 would be slower than them). */
 const kvq_i8t_kernel *kvq_i8t_kernel_for_cpu(void) {
 #if defined(__x86_64__)
-    static const kvq_i8t_kernel vnni = {kvq_i8t_panel_vnni, kvq_i8t_pack_avx512, kvq_i8t_quant_x_avx512, 1},
-                                avx512 = {kvq_i8t_panel_avx2, kvq_i8t_pack_avx512, kvq_i8t_quant_x_avx512, 0},
-                                avx2 = {kvq_i8t_panel_avx2, kvq_i8t_pack_avx2, kvq_i8t_quant_x_avx2, 0};
+    static const kvq_i8t_kernel vnni = {kvq_i8t_panel_vnni, kvq_i8t_qblock_avx512, 1},
+                                avx512 = {kvq_i8t_panel_avx2, kvq_i8t_qblock_avx512, 0},
+                                avx2 = {kvq_i8t_panel_avx2, kvq_i8t_qblock_avx2, 0};
     switch (kvq_cpu_isa()) {
     case KVQ_ISA_AVX512: return kvq_cpu_has_vnni() ? &vnni : &avx512;
     case KVQ_ISA_AVX2: return &avx2;
     default: return NULL;
     }
 #elif defined(__aarch64__)
-    static const kvq_i8t_kernel neon = {kvq_i8t_panel_neon, kvq_i8t_pack, kvq_i8t_quant_x, 0};
+    static const kvq_i8t_kernel neon = {kvq_i8t_panel_neon, kvq_i8t_qblock_scalar, 0};
     return kvq_cpu_isa() == KVQ_ISA_NEON && kvq_cpu_has_dotprod() ? &neon : NULL;
 #else
     return NULL;
@@ -149,7 +148,7 @@ void kvq_cpu_matmul_i8t(const kvq_cpu_weight *w, const kvq_i8t_kernel *ik, kvq_r
         int t = omp_get_thread_num(), T = omp_get_num_threads(), a, b;
         split(n, T, t, &a, &b);
         for (int i = a; i < b; i++)
-            ik->quant(x + (size_t)i * cols, cols, xq + (size_t)i * kp, sa + (size_t)i * nb, ik->flip);
+            kvq_i8t_quant_x(ik->qblock, x + (size_t)i * cols, cols, xq + (size_t)i * kp, sa + (size_t)i * nb, ik->flip);
         char *mine = p + (size_t)t * per;
         float *f32 = (float *)mine;
         int8_t *wp = (int8_t *)(mine + round_up((size_t)KVQ_I8T_PR * (size_t)cols * 4, 64));
@@ -162,7 +161,7 @@ void kvq_cpu_matmul_i8t(const kvq_cpu_weight *w, const kvq_i8t_kernel *ik, kvq_r
         for (int pi = 0; pi < panels; pi++) {
             int r0 = pi * KVQ_I8T_PR, r1 = r0 + KVQ_I8T_PR < rows ? r0 + KVQ_I8T_PR : rows;
             rows_fn(w, r0, r1, f32);
-            ik->pack(f32, r1 - r0, cols, wp, sw, wsum);
+            kvq_i8t_pack(ik->qblock, f32, r1 - r0, cols, wp, sw, wsum);
             memset(yt, 0, (size_t)n * KVQ_I8T_PR * sizeof *yt);
             /* a chunk of blocks (64 KB of panel) stays in L2 while every token passes */
             for (int b0 = 0; b0 < nb; b0 += KVQ_I8T_KC) {

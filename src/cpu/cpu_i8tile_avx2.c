@@ -8,9 +8,9 @@
 
 #include "cpu/cpu_matmul_impl.h"
 
-/* One block of n <= 256 values as int8 (cpu_i8tile.c's quant_block, bit for
+/* One block of n <= 256 values as int8 (kvq_i8t_qblock_scalar, bit for
  * bit: the same f32 products, rounded to nearest even by vcvtps2dq). */
-static float qblock(const float *v, int n, int8_t *q, int32_t *sum) {
+float kvq_i8t_qblock_avx2(const float *v, int n, int8_t *q, int32_t *sum) {
     float buf[KVQ_I8T_KB];
     if (n < KVQ_I8T_KB) { /* a short last block: zeros past n */
         memcpy(buf, v, sizeof(float) * (size_t)n);
@@ -55,33 +55,6 @@ static float qblock(const float *v, int n, int8_t *q, int32_t *sum) {
         *sum = _mm_cvtsi128_si32(t);
     }
     return m / 127.0f;
-}
-
-void kvq_i8t_quant_x_avx2(const float *x, int cols, int8_t *q, float *sa, int flip) {
-    int kp = kvq_i8t_cols_pad(cols);
-    const __m256i f = _mm256_set1_epi8((char)0x80);
-    for (int k0 = 0, b = 0; k0 < kp; k0 += KVQ_I8T_KB, b++) {
-        sa[b] = qblock(x + k0, cols - k0 < KVQ_I8T_KB ? cols - k0 : KVQ_I8T_KB, q + k0, NULL);
-        if (flip)
-            for (int k = 0; k < KVQ_I8T_KB; k += 32)
-                _mm256_storeu_si256((__m256i *)(q + k0 + k),
-                                    _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + k0 + k)), f));
-    }
-}
-
-void kvq_i8t_pack_avx2(const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum) {
-    int kp = kvq_i8t_cols_pad(cols), nb = kp / KVQ_I8T_KB;
-    int8_t q[KVQ_I8T_KB];
-    for (int r = 0; r < KVQ_I8T_PR; r++) {
-        int v = r / 16, lane = r % 16;
-        for (int b = 0; b < nb; b++) {
-            int k0 = b * KVQ_I8T_KB, n = r < nr ? (cols - k0 < KVQ_I8T_KB ? cols - k0 : KVQ_I8T_KB) : 0;
-            float s = qblock(rows + (size_t)r * cols + k0, n, q, &wsum[b * KVQ_I8T_PR + r]);
-            sw[b * KVQ_I8T_PR + r] = n ? s : 0.0f;
-            int8_t *dst = wp + ((size_t)b * KVQ_I8T_NV + (size_t)v) * KVQ_I8T_VBYTES + (size_t)lane * 4;
-            for (int k4 = 0; k4 < KVQ_I8T_KB / 4; k4++) memcpy(dst + (size_t)k4 * 64, q + 4 * k4, 4);
-        }
-    }
 }
 
 #define TOK 4

@@ -19,9 +19,9 @@ int kvq_cpu_has_vnni(void) {
     return v;
 }
 
-/* One block of n <= 256 values as int8 (cpu_i8tile.c's quant_block, bit for
+/* One block of n <= 256 values as int8 (kvq_i8t_qblock_scalar, bit for
  * bit: the same f32 products, rounded to nearest even by vcvtps2dq). */
-static float qblock(const float *v, int n, int8_t *q, int32_t *sum) {
+float kvq_i8t_qblock_avx512(const float *v, int n, int8_t *q, int32_t *sum) {
     __m512 mx = _mm512_setzero_ps();
     __mmask16 bad = 0;
     for (int k = 0; k < n; k += 16) {
@@ -47,32 +47,6 @@ static float qblock(const float *v, int n, int8_t *q, int32_t *sum) {
     }
     if (sum) *sum = _mm512_reduce_add_epi32(s);
     return m / 127.0f;
-}
-
-void kvq_i8t_quant_x_avx512(const float *x, int cols, int8_t *q, float *sa, int flip) {
-    int kp = kvq_i8t_cols_pad(cols);
-    const __m512i f = _mm512_set1_epi8((char)0x80);
-    for (int k0 = 0, b = 0; k0 < kp; k0 += KVQ_I8T_KB, b++) {
-        sa[b] = qblock(x + k0, cols - k0 < KVQ_I8T_KB ? cols - k0 : KVQ_I8T_KB, q + k0, NULL);
-        if (flip)
-            for (int k = 0; k < KVQ_I8T_KB; k += 64)
-                _mm512_storeu_si512(q + k0 + k, _mm512_xor_si512(_mm512_loadu_si512(q + k0 + k), f));
-    }
-}
-
-void kvq_i8t_pack_avx512(const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum) {
-    int kp = kvq_i8t_cols_pad(cols), nb = kp / KVQ_I8T_KB;
-    int8_t q[KVQ_I8T_KB];
-    for (int r = 0; r < KVQ_I8T_PR; r++) {
-        int v = r / 16, lane = r % 16;
-        for (int b = 0; b < nb; b++) {
-            int k0 = b * KVQ_I8T_KB, n = r < nr ? (cols - k0 < KVQ_I8T_KB ? cols - k0 : KVQ_I8T_KB) : 0;
-            float s = qblock(rows + (size_t)r * cols + k0, n, q, &wsum[b * KVQ_I8T_PR + r]);
-            sw[b * KVQ_I8T_PR + r] = n ? s : 0.0f;
-            int8_t *dst = wp + ((size_t)b * KVQ_I8T_NV + (size_t)v) * KVQ_I8T_VBYTES + (size_t)lane * 4;
-            for (int k4 = 0; k4 < KVQ_I8T_KB / 4; k4++) memcpy(dst + (size_t)k4 * 64, q + 4 * k4, 4);
-        }
-    }
 }
 
 #define TOK 6

@@ -335,10 +335,15 @@ int kvq_i8t_min_n(const kvq_cpu_weight *w);
  * beside the per-output bound (cpu_i8tile.c). */
 #define KVQ_I8T_REL_L2 4e-2
 int kvq_i8t_cols_pad(int cols);
+/* One block of n <= KVQ_I8T_KB values as KVQ_I8T_KB int8 (zeros past n): returns the
+ * scale max|v| / 127 (NaN, q all zero, when a value is not finite), *sum (if
+ * given) = the sum of q. Every ISA's version gives the same bytes. */
+typedef float (*kvq_i8t_qblock_fn)(const float *v, int n, int8_t *q, int32_t *sum);
+float kvq_i8t_qblock_scalar(const float *v, int n, int8_t *q, int32_t *sum);
 /* Token x (cols values) as int8 blocks with their scales (flip: store q ^ 0x80). */
-void kvq_i8t_quant_x(const float *x, int cols, int8_t *q, float *sa, int flip);
+void kvq_i8t_quant_x(kvq_i8t_qblock_fn qb, const float *x, int cols, int8_t *q, float *sa, int flip);
 /* nr <= KVQ_I8T_PR f32 rows (row r at rows + r*cols) as one panel; rows past nr are zero. */
-void kvq_i8t_pack(const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum);
+void kvq_i8t_pack(kvq_i8t_qblock_fn qb, const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum);
 /* yt[t*KVQ_I8T_PR + r] += sum over blocks [b0, b1) of (q_w . q_x) * sw * sa, one
  * fmaf per block in block order, for tokens t < nt (kp: bytes per token of
  * xq, nb: scales per token of sa). */
@@ -346,8 +351,7 @@ typedef void (*kvq_i8t_panel_fn)(const int8_t *wp, const float *sw, const int32_
                                  const int8_t *xq, size_t kp, const float *sa, size_t nb, int nt, float *yt);
 typedef struct {
     kvq_i8t_panel_fn panel;
-    void (*pack)(const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum); /* as kvq_i8t_pack */
-    void (*quant)(const float *x, int cols, int8_t *q, float *sa, int flip);               /* as kvq_i8t_quant_x */
+    kvq_i8t_qblock_fn qblock; /* the block quantizer pack and quant_x use */
     int flip; /* 1: activations as q ^ 0x80 (vpdpbusd's unsigned operand; the kernel subtracts 128 * wsum) */
 } kvq_i8t_kernel;
 void kvq_i8t_panel_scalar(const int8_t *wp, const float *sw, const int32_t *wsum, int b0, int b1, const int8_t *xq,
@@ -356,10 +360,8 @@ void kvq_i8t_panel_scalar(const int8_t *wp, const float *sw, const int32_t *wsum
 int kvq_cpu_has_vnni(void);
 void kvq_i8t_panel_vnni(const int8_t *wp, const float *sw, const int32_t *wsum, int b0, int b1, const int8_t *xq,
                         size_t kp, const float *sa, size_t nb, int nt, float *yt);
-void kvq_i8t_pack_avx512(const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum);
-void kvq_i8t_quant_x_avx512(const float *x, int cols, int8_t *q, float *sa, int flip);
-void kvq_i8t_pack_avx2(const float *rows, int nr, int cols, int8_t *wp, float *sw, int32_t *wsum);
-void kvq_i8t_quant_x_avx2(const float *x, int cols, int8_t *q, float *sa, int flip);
+float kvq_i8t_qblock_avx512(const float *v, int n, int8_t *q, int32_t *sum);
+float kvq_i8t_qblock_avx2(const float *v, int n, int8_t *q, int32_t *sum);
 void kvq_i8t_panel_avx2(const int8_t *wp, const float *sw, const int32_t *wsum, int b0, int b1, const int8_t *xq,
                         size_t kp, const float *sa, size_t nb, int nt, float *yt);
 #endif

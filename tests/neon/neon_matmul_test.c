@@ -149,8 +149,8 @@ static void i8t_case(int rows, int cols, int M, int nbits, int ig) {
     kvq_cpu_weight *w = kvq_cpu_weight_new(&d);
     g_cases++;
     if (kvq_cpu_has_dotprod()) {
-        static const kvq_i8t_kernel spec = {kvq_i8t_panel_scalar, kvq_i8t_pack, kvq_i8t_quant_x, 0},
-                                    neon = {kvq_i8t_panel_neon, kvq_i8t_pack, kvq_i8t_quant_x, 0};
+        static const kvq_i8t_kernel spec = {kvq_i8t_panel_scalar, kvq_i8t_qblock_scalar, 0},
+                                    neon = {kvq_i8t_panel_neon, kvq_i8t_qblock_scalar, 0};
         void *buf = kvq_alloc_aligned(kvq_i8t_scratch_bytes(cols, n, 2));
         kvq_cpu_matmul_i8t(w, &spec, kvq_aqlm_rows_scalar, x, ys, n, 2, buf);
         kvq_cpu_matmul_i8t(w, &neon, kvq_aqlm_rows_scalar, x, y, n, 2, buf);
