@@ -114,7 +114,7 @@ static void aqlm_case(int rows, int cols, int M, int nbits, int ig, int off, int
     }
     kvq_weight_desc d = {.fmt = KVQ_W_AQLM, .rows = rows, .cols = cols, .n_codebooks = M, .nbits = nbits, .in_group = ig,
                          .code_bytes = cbytes, .codes = codes + off, .codebooks = cb + off, .scales = sc + off,
-                         .name = "aqlm", .cb8 = cb8 == 1, .i8 = cb8 == 2};
+                         .name = "aqlm", .cb8 = cb8 == 1, .i8 = cb8 == 2, .exact = 1}; /* tiles: i8t_case */
     char what[96];
     snprintf(what, sizeof what, "aqlm %dx%d M=%d nbits=%d ig=%d off=%d cb8=%d", rows, cols, M, nbits, ig, off, cb8);
     check(&d, what);
