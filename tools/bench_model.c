@@ -324,7 +324,9 @@ int kvq_bench_model(int argc, char **argv) {
     printf("backend: %s, K %s, V %s\n", kvq_model_backend_name(m), kvq_cache_type_name((kvq_cache_type)tk),
            kvq_cache_type_name((kvq_cache_type)tv));
     printf("prompt %ld tokens: %.1f tok/s%s\n", pp, (double)pp / best_pp,
-           exact ? " (exact paths)" : " (AQLM through int8 tiles on CPUs with integer dot products; README: error bound)");
+           exact ? " (exact paths)"
+                 : " (AQLM batches through int8 tiles where the CPU has integer dot products; per output "
+                   "|err| <= sum over 256-value blocks of sw/2*|x|_1 + sa/2*|W|_1 + 64*sw*sa, sw, sa = block max|.|/127)");
     printf("decode %ld tokens: %.1f tok/s, %.2f MB streamed per token, %.1f GB/s, %.0f%% of measured %.1f GB/s\n", tg,
            tg_tps, tok_bytes / 1e6, tok_bytes * tg_tps / 1e9, bw > 0 ? 100 * tok_bytes * tg_tps / 1e9 / bw : 0, bw);
     printf("bandwidth best_gbs=%.2f worst_gbs=%.2f spread=%.3f samples=%d (before, after each pass, after; the bound uses the best)\n",
