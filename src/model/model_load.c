@@ -332,7 +332,7 @@ static kvq_status load_layers(kvq_model *m, const kvq_st *st) {
             if (l > first) continue;
             kvq_status ls = load_layer(m, &Ls[l], l);
             if (ls) {
-#pragma omp critical(kvq_load_layers)
+#pragma omp critical /* unnamed: a named one exports a .gomp_critical_user_ symbol */
                 if (l < bad) {
                     s = ls;
                     snprintf(msg, sizeof msg, "%s", kvq_last_error()); /* the message is per thread */
