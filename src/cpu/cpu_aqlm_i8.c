@@ -92,12 +92,6 @@ kvq_i8_act kvq_i8_act_at(void *buf, int cols, int n) {
     return (kvq_i8_act){cols_pad(cols), (const int8_t *)(b + p), (const float *)(b + 2 * p), (const int32_t *)b, 1};
 }
 
-/* round-to-nearest-even of |v| < 2^22 without a libm call, so the loop vectorizes */
-static inline float round_ne(float v) {
-    const float magic = 12582912.0f; /* 1.5 * 2^23 */
-    return (v + magic) - magic;
-}
-
 void kvq_i8_quantize(const kvq_i8_act *a, const float *x, int cols, int t0, int t1) {
     int P = a->cols_pad, nb = P / 32;
     for (int t = t0; t < t1; t++) {
@@ -120,7 +114,7 @@ void kvq_i8_quantize(const kvq_i8_act *a, const float *x, int cols, int t0, int 
             for (int k = 0; k < 32; k++) {
                 float s = v[k] * inv;
                 s = s < -127.0f ? -127.0f : s > 127.0f ? 127.0f : s;
-                q[k0 + k] = (int8_t)round_ne(s);
+                q[k0 + k] = (int8_t)kvq_round_ne(s);
             }
         }
         for (int k = 0; k < P / 4; k++) corr[k] = -128 * (q[4 * k] + q[4 * k + 1] + q[4 * k + 2] + q[4 * k + 3]);
@@ -148,12 +142,6 @@ void kvq_aqlm_i8_gemv_scalar(const kvq_cpu_weight *w, const kvq_i8_act *a, int n
 }
 
 /* ---- dispatch (kvq_cpu_matmul hands every matmul of a cbq weight here) ---- */
-
-/* Part i of [0, n) split into `parts` nearly equal ranges (as cpu_matmul.c splits). */
-static void split(int n, int parts, int i, int *a, int *b) {
-    *a = (int)((long long)n * i / parts);
-    *b = (int)((long long)n * (i + 1) / parts);
-}
 
 static void add_bias(const kvq_cpu_weight *w, float *y, int r0, int r1) {
     if (w->bias)
@@ -191,11 +179,11 @@ void kvq_cpu_matmul_i8(const kvq_cpu_weight *w, const float *x, float *y, int n,
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads(), r0, r1;
         if (n > 1) {
-            split(n, T, t, &r0, &r1);
+            kvq_split(n, T, t, &r0, &r1);
             kvq_i8_quantize(&a, x, w->cols, r0, r1);
 #pragma omp barrier
         }
-        split(w->rows, T, t, &r0, &r1);
+        kvq_split(w->rows, T, t, &r0, &r1);
         int rb = n <= KVQ_GEMV_MAX_T ? r1 - r0 : KVQ_I8_ROWS;
         for (int b0 = r0; b0 < r1; b0 += rb) {
             int b1 = b0 + rb < r1 ? b0 + rb : r1;

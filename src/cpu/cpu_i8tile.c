@@ -27,12 +27,6 @@ static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
 int kvq_i8t_cols_pad(int cols) { return (int)round_up((size_t)cols, KVQ_I8T_KB); }
 
-/* round-to-nearest-even of |v| < 2^22 without a libm call, so the loops vectorize */
-static inline float round_ne(float v) {
-    const float magic = 12582912.0f; /* 1.5 * 2^23 */
-    return (v + magic) - magic;
-}
-
 /* q = round(v * 127 / max|v|); a NaN scale makes the outputs that use the block
  * NaN, as the exact path's would be. */
 float kvq_i8t_qblock_scalar(const float *v, int n, int8_t *q, int32_t *sum) {
@@ -48,7 +42,7 @@ float kvq_i8t_qblock_scalar(const float *v, int n, int8_t *q, int32_t *sum) {
     for (int k = 0; k < n; k++) {
         float r = v[k] * inv;
         r = r < -127.0f ? -127.0f : r > 127.0f ? 127.0f : r;
-        q[k] = (int8_t)round_ne(r);
+        q[k] = (int8_t)kvq_round_ne(r);
         s += q[k];
     }
     memset(q + n, 0, (size_t)(KVQ_I8T_KB - n));
@@ -117,36 +111,33 @@ const kvq_i8t_kernel *kvq_i8t_kernel_for_cpu(void) {
 #endif
 }
 
-size_t kvq_i8t_scratch_bytes(int cols, int n, int nt) {
-    size_t kp = (size_t)kvq_i8t_cols_pad(cols), nb = kp / KVQ_I8T_KB;
-    size_t shared = round_up((size_t)n * kp, 64) + round_up((size_t)n * nb * 4, 64);
-    size_t per = round_up((size_t)KVQ_I8T_PR * (size_t)cols * 4, 64) + KVQ_I8T_PR * kp + 2 * round_up(nb * KVQ_I8T_PR * 4, 64) +
-                 (size_t)n * KVQ_I8T_PR * 4;
-    return shared + (size_t)nt * per;
+/* Scratch layout: the n tokens' int8 values and block scales, shared; then per
+ * thread its f32 panel rows, int8 panel, sw, wsum and the panel's outputs for
+ * all tokens, each piece 64-byte aligned. */
+static size_t shared_bytes(size_t kp, size_t nb, int n) { return round_up((size_t)n * kp, 64) + round_up((size_t)n * nb * 4, 64); }
+static size_t thread_bytes(int cols, size_t kp, size_t nb, int n) {
+    return round_up((size_t)KVQ_I8T_PR * (size_t)cols * 4, 64) + KVQ_I8T_PR * kp + 2 * round_up(nb * KVQ_I8T_PR * 4, 64) +
+           (size_t)n * KVQ_I8T_PR * 4;
 }
 
-/* Part i of [0, n) split into `parts` nearly equal ranges. */
-static void split(int n, int parts, int i, int *a, int *b) {
-    *a = (int)((long long)n * i / parts);
-    *b = (int)((long long)n * (i + 1) / parts);
+size_t kvq_i8t_scratch_bytes(int cols, int n, int nt) {
+    size_t kp = (size_t)kvq_i8t_cols_pad(cols), nb = kp / KVQ_I8T_KB;
+    return shared_bytes(kp, nb, n) + (size_t)nt * thread_bytes(cols, kp, nb, n);
 }
 
 void kvq_cpu_matmul_i8t(const kvq_cpu_weight *w, const kvq_i8t_kernel *ik, kvq_rows_fn rows_fn, const float *x,
                         float *y, int n, int nt, void *buf) {
     int cols = w->cols, rows = w->rows, kp = kvq_i8t_cols_pad(cols), nb = kp / KVQ_I8T_KB;
     int panels = (rows + KVQ_I8T_PR - 1) / KVQ_I8T_PR;
-    char *p = buf;
-    int8_t *xq = (int8_t *)p;
-    p += round_up((size_t)n * kp, 64);
-    float *sa = (float *)p;
-    p += round_up((size_t)n * nb * 4, 64);
-    size_t per = round_up((size_t)KVQ_I8T_PR * (size_t)cols * 4, 64) + KVQ_I8T_PR * (size_t)kp +
-                 2 * round_up((size_t)nb * KVQ_I8T_PR * 4, 64) + (size_t)n * KVQ_I8T_PR * 4;
+    int8_t *xq = buf;
+    float *sa = (float *)((char *)buf + round_up((size_t)n * kp, 64));
+    char *p = (char *)buf + shared_bytes((size_t)kp, (size_t)nb, n);
+    size_t per = thread_bytes(cols, (size_t)kp, (size_t)nb, n);
     if (nt > panels) nt = panels;
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads(), a, b;
-        split(n, T, t, &a, &b);
+        kvq_split(n, T, t, &a, &b);
         for (int i = a; i < b; i++)
             kvq_i8t_quant_x(ik->qblock, x + (size_t)i * cols, cols, xq + (size_t)i * kp, sa + (size_t)i * nb, ik->flip);
         char *mine = p + (size_t)t * per;

@@ -388,12 +388,6 @@ static float *scratch(size_t n) {
 
 /* ---- dispatch ---- */
 
-/* Part i of [0, n) split into `parts` nearly equal ranges. */
-static void split(int n, int parts, int i, int *a, int *b) {
-    *a = (int)((long long)n * i / parts);
-    *b = (int)((long long)n * (i + 1) / parts);
-}
-
 /* W[o][c] without any buffer (last-resort path). */
 static float weight_at(const kvq_cpu_weight *w, int o, int c) {
     if (w->kind == KVQ_CW_DENSE) return dense_at(w->fmt, w->data, (size_t)o * w->cols + c);
@@ -458,8 +452,8 @@ static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const f
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads(), u0, u1, o0, o1;
-        split(units, T, t, &u0, &u1);
-        split(rows16, T, t, &o0, &o1);
+        kvq_split(units, T, t, &u0, &u1);
+        kvq_split(rows16, T, t, &o0, &o1);
         int g0 = u0 * unit, g1 = u1 * unit < w->G ? u1 * unit : w->G;
         o0 *= 16, o1 = o1 * 16 < w->rows ? o1 * 16 : w->rows;
         float *mine = parts + (size_t)t * pad, *own = lut + (size_t)t * chunk * w->M * 256;
@@ -533,7 +527,7 @@ static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const 
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads(), o0, o1;
-        split(rows16, T, t, &o0, &o1);
+        kvq_split(rows16, T, t, &o0, &o1);
         o0 *= 16, o1 = o1 * 16 < w->rows ? o1 * 16 : w->rows;
         float *mine = parts + (size_t)t * pad, *own = scratch_all + (size_t)t * per;
         void *q = own + (size_t)chunk * w->M * 256;
@@ -582,9 +576,9 @@ static void matmul_lutq_batch(const kvq_mm_kernels *k, const kvq_cpu_weight *w, 
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads(), g0, g1, u0, u1, unit = w->M % 2 ? 2 : 1;
-        split((w->G + unit - 1) / unit, T, t, &g0, &g1); /* in units: every thread's first step is even */
+        kvq_split((w->G + unit - 1) / unit, T, t, &g0, &g1); /* in units: every thread's first step is even */
         g0 *= unit, g1 = g1 * unit < w->G ? g1 * unit : w->G;
-        split(units, T, t, &u0, &u1);
+        kvq_split(units, T, t, &u0, &u1);
         size_t s0 = (size_t)g0 * w->M; /* this thread's tables start at step s0 */
         int r0 = u0 * KVQ_AQLM_RB, r1 = u1 * KVQ_AQLM_RB, y1 = r1 < w->rows ? r1 : w->rows;
         float scales[KVQ_LUTQ_MAX_T];
@@ -618,7 +612,7 @@ static void matmul_gemv(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const 
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads(), r0, r1;
-        split(w->rows, T, t, &r0, &r1);
+        kvq_split(w->rows, T, t, &r0, &r1);
         for (int t0 = 0; t0 < n; t0 += KVQ_GEMV_MAX_T) {
             int nn = n - t0 < KVQ_GEMV_MAX_T ? n - t0 : KVQ_GEMV_MAX_T;
             const float *xt = x + (size_t)t0 * w->cols;
@@ -680,7 +674,7 @@ static void matmul_amx(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const f
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads(), a, b;
-        split(n_pad, T, t, &a, &b);
+        kvq_split(n_pad, T, t, &a, &b);
         kvq_amx_pack_x(x, n, cols, a, b, kp, xh, xl);
         float *wbuf = per_thread + (size_t)t * (KVQ_AMX_ROWS * (size_t)cols + KVQ_AMX_ROWS * (size_t)kp);
         uint32_t *bh = (uint32_t *)(wbuf + KVQ_AMX_ROWS * (size_t)cols), *bl = bh + KVQ_AMX_ROWS * (size_t)kp / 2;

@@ -150,6 +150,19 @@ typedef struct {
 /* ... and of int8 tables (kvq_weight_desc.lut8); see cpu_aqlm_avx512.c. */
 #define KVQ_LUT_I8_REL_L2 2e-2
 
+/* Part i of [0, n) split into `parts` nearly equal ranges (how every matmul
+ * path shares rows, groups or tokens among its threads). */
+static inline void kvq_split(int n, int parts, int i, int *a, int *b) {
+    *a = (int)((long long)n * i / parts);
+    *b = (int)((long long)n * (i + 1) / parts);
+}
+
+/* round-to-nearest-even of |v| < 2^22 without a libm call, so quantizing loops vectorize */
+static inline float kvq_round_ne(float v) {
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    return (v + magic) - magic;
+}
+
 /* Code of (row o, group g, codebook m) in the uploaded layout. */
 static inline uint32_t kvq_cw_code(const kvq_cpu_weight *w, size_t o, size_t g, size_t m) {
     if (w->kind == KVQ_CW_AQLM_LUT) return ((const uint8_t *)w->codes)[(g * (size_t)w->M + m) * (size_t)w->rows_pad + o];
