@@ -120,6 +120,8 @@ struct kvq_bctx {
     VkDeviceSize min_align;       /* minStorageBufferOffsetAlignment */
     uint32_t max_groups[3];       /* maxComputeWorkGroupCount */
     int n_threads;
+    int exact;                    /* kvq_backend_opts.exact: no fp16 lookup tables (vk_matmul.c) */
+    int ops_ready;                /* the elementwise pipelines are built (kvq_vk_ops_prepare) */
 
     VkCommandPool cmd_pool;
     vk_slot slots[VK_SLOTS];
