@@ -1,4 +1,5 @@
-/* Pipelines: built on first use from the embedded SPIR-V, through a VkPipelineCache
+/* Pipelines: built from the embedded SPIR-V when first asked for (at weight upload for
+ * the matmuls and elementwise ops, vk_weights.c), through a VkPipelineCache
  * that is kept on disk (one file per device and driver), so a second run builds its
  * pipelines from the driver's cache instead of compiling them again. Each pipeline
  * also records which bindings its shader writes, read from the SPIR-V decorations,
