@@ -292,49 +292,60 @@ static int attention_pipe(const char *key) { return !strncmp(key, "attn_", 5) ||
 
 /* Every matmul, get_rows and elementwise pipeline is built at load (weight upload): a prompt
  * of 7 tokens (tiles), decode steps (n = 1), n = 2 and 4 token steps and a batched step of 3
- * contexts (the n = 2..4 matvecs) build none after it. Loaded as is (fp16 tables where the
- * device has fp16) and exact (f32 tables). */
+ * contexts (the n = 2..4 matvecs) build none after it. The demo model as is (fp16 tables where
+ * the device has fp16) and exact (f32 tables), and the family fixtures (layer norms and per-head
+ * norms, GeGLU, a mixture of experts, fused projections, biases, 1x16g8). */
+static void pipelines_after_load(const char *dir, int exact) {
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = "vulkan";
+    mp.exact = exact;
+    kvq_model *m;
+    if (kvq_model_load(dir, &mp, &m) != KVQ_OK) fail_msg("%s: %s", dir, kvq_last_error());
+    kvq_bctx *b = m->dev[m->n_dev - 1].b;
+    int at_load = b->n_pipes;
+    kvq_backend_stats st;
+    kvq_model_backend_stats(m, &st);
+    assert_int_equal(st.pipelines, at_load);
+    kvq_context *c[3];
+    for (int i = 0; i < 3; i++) assert_int_equal(kvq_context_new(m, NULL, &c[i]), KVQ_OK);
+    int at_ctx = b->n_pipes;
+    int32_t ids[7] = {1, 2, 3, 4, 5, 6, 7};
+    assert_int_equal(kvq_eval(c[0], ids, 7), KVQ_OK);
+    for (int i = 0; i < 3; i++) assert_int_equal(kvq_eval(c[0], &ids[i], 1), KVQ_OK);
+    assert_int_equal(kvq_eval(c[1], ids, 2), KVQ_OK);
+    assert_int_equal(kvq_eval(c[2], ids, 4), KVQ_OK);
+    const int32_t *bid[3] = {&ids[0], &ids[1], &ids[2]};
+    int bn[3] = {1, 1, 1};
+    assert_int_equal(kvq_eval_batch(c, bid, bn, 3), KVQ_OK);
+    kvq_model_backend_stats(m, &st);
+    int late = 0, attn = 0;
+    for (int i = at_load; i < b->n_pipes; i++) {
+        if (attention_pipe(b->pipes[i].key)) {
+            attn++;
+            continue;
+        }
+        print_message("%s: built after load: %s\n", dir, b->pipes[i].key);
+        late++;
+    }
+    const char *name = strrchr(dir, '/');
+    print_message("%s exact=%d: %d pipelines at load, %d more at context creation, %d after (attention: %d)\n",
+                  name ? name + 1 : dir, exact, at_load, at_ctx - at_load, b->n_pipes - at_ctx, attn);
+    assert_int_equal(st.pipelines, b->n_pipes);
+    assert_int_equal(late, 0);
+    for (int i = 0; i < 3; i++) kvq_context_free(c[i]);
+    kvq_model_free(m);
+}
+
 static void test_pipelines_at_load(void **s) {
     (void)s;
     if (!tu_backend_starts("vulkan")) skip();
-    for (int exact = 0; exact < 2; exact++) {
-        kvq_model_params mp = kvq_model_default_params();
-        mp.backend = "vulkan";
-        mp.exact = exact;
-        kvq_model *m;
-        assert_int_equal(kvq_model_load(KVQ_SOURCE_DIR "/models/demo", &mp, &m), KVQ_OK);
-        kvq_bctx *b = m->dev[m->n_dev - 1].b;
-        int at_load = b->n_pipes;
-        kvq_backend_stats st;
-        kvq_model_backend_stats(m, &st);
-        assert_int_equal(st.pipelines, at_load);
-        kvq_context *c[3];
-        for (int i = 0; i < 3; i++) assert_int_equal(kvq_context_new(m, NULL, &c[i]), KVQ_OK);
-        int at_ctx = b->n_pipes;
-        int32_t ids[7] = {1, 2, 3, 4, 5, 6, 7};
-        assert_int_equal(kvq_eval(c[0], ids, 7), KVQ_OK);
-        for (int i = 0; i < 3; i++) assert_int_equal(kvq_eval(c[0], &ids[i], 1), KVQ_OK);
-        assert_int_equal(kvq_eval(c[1], ids, 2), KVQ_OK);
-        assert_int_equal(kvq_eval(c[2], ids, 4), KVQ_OK);
-        const int32_t *bid[3] = {&ids[0], &ids[1], &ids[2]};
-        int bn[3] = {1, 1, 1};
-        assert_int_equal(kvq_eval_batch(c, bid, bn, 3), KVQ_OK);
-        kvq_model_backend_stats(m, &st);
-        int late = 0, attn = 0;
-        for (int i = at_load; i < b->n_pipes; i++) {
-            if (attention_pipe(b->pipes[i].key)) {
-                attn++;
-                continue;
-            }
-            print_message("built after load: %s\n", b->pipes[i].key);
-            late++;
-        }
-        print_message("exact=%d: %d pipelines at load, %d more at context creation, %d after (attention: %d)\n", exact,
-                      at_load, at_ctx - at_load, b->n_pipes - at_ctx, attn);
-        assert_int_equal(st.pipelines, b->n_pipes);
-        assert_int_equal(late, 0);
-        for (int i = 0; i < 3; i++) kvq_context_free(c[i]);
-        kvq_model_free(m);
+    for (int exact = 0; exact < 2; exact++) pipelines_after_load(KVQ_SOURCE_DIR "/models/demo", exact);
+    static const char *const families[] = {"command-r-tiny-aqlm-1x16", "gemma-tiny-aqlm-2x8", "mixtral-tiny-aqlm-1x16",
+                                           "phi3-tiny-aqlm-1x16g8", "qwen2-tiny-aqlm-2x8"};
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/tests/data/models/%s", KVQ_SOURCE_DIR, families[i]);
+        pipelines_after_load(dir, 0);
     }
 }
 
