@@ -14,7 +14,8 @@
 // stored as fp16(T * 2^e), where 2^e is a power of two per chunk and token chosen from
 // B = max|x of the chunk| * pc.cb_l1 (cb_l1: the weight's largest codeword L1 norm,
 // from the host), so every |T| <= B lands in [0, 2^15): no overflow of fp16's 65504
-// whatever the activations, and small values stay off fp16's subnormals. Rows add
+// whatever the activations, and small values stay off fp16's subnormals (for
+// 2^-85 <= B < 2^115: e is clamped to [-100, 100]). Rows add
 // the entries in f32 and multiply by 2^-e (exact). Error per entry, against the f32
 // table: |dT| <= u*|T| + 2^-28*B, u = 2^-11 when the conversion rounds to nearest
 // (lavapipe, the GPUs we know of), 2^-10 when a driver truncates (Vulkan allows
@@ -56,10 +57,11 @@ shared uint xmax[2 * NT]; // max |x| per token of the chunk, as float bits; two 
 // 2^e for a power e in [-100, 100] (built from the bits: exact, unlike exp2)
 float pow2(int e) { return uintBitsToFloat(uint(127 + e) << 23); }
 
-// e such that B * 2^e < 2^15 (B = 0: 15); 0 for inf/NaN, which then reach the rows as in f32
+// e such that B * 2^e < 2^15 (B = 0: 15); 0 when B is inf or NaN (an inf/NaN x or codeword,
+// which then reaches the rows as in f32)
 int lut_exp(uint xbits) {
     float bnd = uintBitsToFloat(xbits) * pc.cb_l1;
-    if (xbits >= 0x7f800000u || isinf(bnd)) return 0;
+    if (!(bnd <= 3.0e38)) return 0;
     int eb;
     frexp(bnd, eb); // bnd < 2^eb
     return clamp(15 - eb, -100, 100);

@@ -211,7 +211,7 @@ static float codeword_l1_max(const kvq_weight_desc *d) {
             float v = kvq_f16_to_f32(kvq_rd_u16(d->codebooks, c * (size_t)d->in_group + (size_t)j));
             s += v < 0 ? -v : v;
         }
-        if (s > best || s != s) best = s; /* a NaN codeword: NaN, the shader then uses scale 1 */
+        if (s > best || s != s) best = s; /* a NaN codeword keeps NaN: the shader then scales by 1 */
     }
     return best;
 }
