@@ -36,7 +36,7 @@ typedef struct {
     int aqlm_cb8;       /* kvq_model_params.aqlm_cb8: the CPU passes it on as kvq_weight_desc.cb8; others ignore it */
     int aqlm_lut8;      /* kvq_model_params.aqlm_lut8: the CPU passes it on as kvq_weight_desc.lut8; others ignore it */
     int aqlm_i8;        /* kvq_model_params.aqlm_i8: the CPU passes it on as kvq_weight_desc.i8; others ignore it */
-    int exact;          /* kvq_model_params.exact: the CPU passes it on as kvq_weight_desc.exact; others ignore it */
+    int exact;          /* kvq_model_params.exact: the CPU passes it on as kvq_weight_desc.exact; Vulkan: no fp16 lookup tables */
 } kvq_backend_opts;
 
 /* Shape and storage of a KV cache. Row (layer l, kv head h, position p) holds

@@ -2,7 +2,10 @@
  * registry that starts here, against src/ref: dense f32/f16/bf16 and AQLM 2x8,
  * 1x16, 1x8, 4x8, g16 on awkward shapes, with and without bias, n = 1..200.
  * The Vulkan backend runs twice: as is, and with KVQ_VK_MAX_BUFFER lowered so
- * every test tensor is split across buffers. */
+ * every test tensor is split across buffers; both opened exact (f32 lookup tables).
+ * test_matvec_lut16 opens a third, not exact, for the fp16 lookup tables (mm_lut_h)
+ * and holds each output to their stated bound. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +179,8 @@ static kvq_wt *upload(const runner *r, const kvq_weight_desc *d, const char *wha
     kvq_wt *wt = r->be->weight_upload(r->b, d);
     if (!wt) fail_msg("%s on %s: upload failed: %s", what, r->label, kvq_last_error());
 #ifdef KVQ_HAVE_VULKAN
+    /* opened exact: 8-bit AQLM decodes through the f32 tables, held to the f32 bound below */
+    if (!strcmp(r->be->name, "vulkan") && wt->lut16) fail_msg("%s on %s: fp16 lookup tables although exact", what, r->label);
     /* the split instance must really cut every tensor bigger than its buffer limit */
     if (r->split && payload_bytes(d) > 2 * (size_t)atoi(SPLIT_MAX_BUFFER) && wt->n_pieces < 2)
         fail_msg("%s on %s: not split (%d piece)", what, r->label, wt->n_pieces);
@@ -343,6 +348,115 @@ static void test_upload_out_of_memory(void **state) {
 }
 #endif
 
+
+#ifdef KVQ_HAVE_VULKAN
+/* fp16 lookup tables (mm_lut_h, shaders/mm_lut.glsl): Vulkan opened without exact on a device
+ * with fp16 arithmetic. Per output o, token t, against a double reference:
+ *   |y - y_ref| <= |s_o| * (u * sum_e |T_e| + 2^-28 * sum_e B_e) + f32 rounding,
+ * T_e the entries the row looks up (dot of a group of x with a codeword), B_e = max |x| of
+ * the entry's chunk * the largest codeword L1 norm, u = 2^-10 (Vulkan lets a conversion to
+ * fp16 truncate; rounding to nearest gives 2^-11, the worst ratio to that is printed). The
+ * f32 rounding term is k * 2^-24 * |s_o| * sum |x_j c_j| with k the additions on a path,
+ * plus 2^-24 * (|bias| + |y|) for adding the bias and the result's own rounding.
+ * Shapes: 1x8, 2x8, 4x8, 8x8 with in_group 8 and 16, row counts past a workgroup's 1024,
+ * partial last chunks; n = 1..4; x with chunks of large values (the table entries would
+ * overflow fp16 unscaled) and of tiny ones (subnormal unscaled). */
+static void test_matvec_lut16(void **state) {
+    (void)state;
+    const kvq_backend *be = kvq_backend_find("vulkan");
+    kvq_backend_opts o = {.n_threads = 2, .allow_software = 1, .exact = 0};
+    kvq_bctx *b = NULL;
+    if (!be || be->init(&o, &b) != KVQ_OK) skip();
+    if (!b->caps.fp16) {
+        print_message("no fp16 arithmetic on this device: the f32 tables only\n");
+        be->release(b);
+        skip();
+    }
+    static const struct { int rows, cols, M, ig; } shapes[] = {
+        {300, 264, 2, 8}, {257, 272, 2, 16}, {131, 200, 1, 8}, {77, 336, 1, 16},
+        {1029, 88, 4, 8}, {513, 48, 4, 16}, {45, 128, 8, 8}, {300, 256, 8, 16},
+    };
+    const double u = 1.0 / 1024, f32u = 1.0 / (1 << 24);
+    double worst = 0, worst11 = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int rows = shapes[si].rows, cols = shapes[si].cols, M = shapes[si].M, ig = shapes[si].ig, G = cols / ig;
+        tweight w;
+        make_aqlm(&w, rows, cols, M, 8, ig, 1);
+        w.d.bias = si % 2 ? w.bias : NULL;
+        kvq_wt *wt = be->weight_upload(b, &w.d);
+        assert_non_null(wt);
+        if (!wt->lut16) fail_msg("%dx8 g%d: not on the fp16 tables", M, ig);
+        float *x = malloc(sizeof(float) * 4 * cols), *got = malloc(sizeof(float) * 4 * rows);
+        assert_true(x && got);
+        tu_rand_fill(x, (size_t)4 * cols, &rng);
+        /* token 0 as drawn; 1: its first chunk large (unscaled fp16 entries would overflow);
+         * 2: all tiny (unscaled they would be fp16 subnormals); 3: large, tiny and plain chunks */
+        int cw = 16 / M * ig; /* x values per chunk */
+        for (int k = 0; k < cols; k++) {
+            if (k < cw) x[(size_t)cols + k] *= 1e5f;
+            x[(size_t)2 * cols + k] *= 1e-6f;
+            if (k < cw) x[(size_t)3 * cols + k] *= 3e4f;
+            else if (k >= cols - cw) x[(size_t)3 * cols + k] *= 1e-5f;
+        }
+        const uint8_t *codes = w.d.codes;
+        float cb_l1 = 0;
+        for (int c = 0; c < M * 256; c++) {
+            float l1 = 0;
+            for (int j = 0; j < ig; j++) l1 += fabsf(kvq_f16_to_f32(kvq_rd_u16(w.d.codebooks, (size_t)c * ig + j)));
+            if (l1 > cb_l1) cb_l1 = l1;
+        }
+        kvq_buf *xb = buf_from(&(runner){.be = be, .b = b}, x, (size_t)4 * cols);
+        kvq_buf *yb = be->buf_new(b, sizeof(float) * 4 * rows);
+        assert_non_null(yb);
+        int n_chunks = (G * M + 15) / 16;
+        for (int n = 1; n <= 4; n++) {
+            be->matmul(b, wt, xb, yb, n);
+            assert_int_equal(be->buf_read(b, yb, 0, got, sizeof(float) * (size_t)n * rows), KVQ_OK);
+            for (int t = 0; t < n; t++) {
+                const float *xt = x + (size_t)t * cols;
+                for (int r = 0; r < rows; r++) {
+                    double y = 0, sum_t = 0, sum_b = 0, sum_abs = 0;
+                    for (int g = 0; g < G; g++) {
+                        int chunk = (g * M) / 16;
+                        double xmax = 0;
+                        for (int k = chunk * 16 / M * ig; k < (chunk + 1) * 16 / M * ig && k < cols; k++)
+                            if (fabs(xt[k]) > xmax) xmax = fabs(xt[k]);
+                        for (int m = 0; m < M; m++) {
+                            int code = codes[((size_t)r * G + g) * M + m];
+                            double e = 0;
+                            for (int j = 0; j < ig; j++) {
+                                double c = kvq_f16_to_f32(kvq_rd_u16(w.d.codebooks, ((size_t)m * 256 + code) * ig + j));
+                                e += c * xt[g * ig + j];
+                                sum_abs += fabs(c * xt[g * ig + j]);
+                            }
+                            y += e, sum_t += fabs(e), sum_b += xmax * cb_l1;
+                        }
+                    }
+                    double sc = kvq_f16_to_f32(kvq_rd_u16(w.d.scales, (size_t)r));
+                    double bias = w.d.bias ? kvq_f16_to_f32(kvq_rd_u16(w.d.bias, (size_t)r)) : 0;
+                    y = y * sc + bias;
+                    double steps = ig + 16 + n_chunks + 2; /* dot, the 16 lookups, chunks (and splits), scale + bias */
+                    double bound = fabs(sc) * (u * sum_t + 0x1p-28 * sum_b + steps * f32u * sum_abs) + f32u * (fabs(bias) + fabs(y));
+                    double err = fabs(got[(size_t)t * rows + r] - y);
+                    if (!(err <= bound))
+                        fail_msg("%dx8 g%d %dx%d n=%d row %d token %d: |err| %.3g > bound %.3g (sum|T| %.3g)", M, ig, rows,
+                                 cols, n, r, t, err, bound, sum_t);
+                    if (err / bound > worst) worst = err / bound;
+                    double b11 = fabs(sc) * (u / 2 * sum_t + 0x1p-28 * sum_b + steps * f32u * sum_abs) + f32u * (fabs(bias) + fabs(y));
+                    if (err / b11 > worst11) worst11 = err / b11;
+                }
+            }
+        }
+        be->buf_free(b, xb), be->buf_free(b, yb);
+        be->weight_free(b, wt);
+        free(x), free(got);
+        tweight_free(&w);
+    }
+    print_message("fp16 tables: worst |err| / bound %.3f (with u = 2^-11: %.3f)\n", worst, worst11);
+    be->release(b);
+}
+#endif
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),
@@ -351,6 +465,7 @@ int main(void) {
         cmocka_unit_test(test_upload_refused),
 #ifdef KVQ_HAVE_VULKAN
         cmocka_unit_test(test_upload_out_of_memory),
+        cmocka_unit_test(test_matvec_lut16),
 #endif
     };
     return cmocka_run_group_tests(tests, setup, teardown);

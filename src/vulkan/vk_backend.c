@@ -23,6 +23,7 @@ static kvq_status vkb_init(const kvq_backend_opts *o, kvq_bctx **out) {
     kvq_status s = kvq_vk_open(o, out);
     if (s) return s;
     kvq_bctx *b = *out;
+    b->exact = o && o->exact;
     const vk_caps *c = &b->caps;
     char cu[32] = "";
     if (c->compute_units) snprintf(cu, sizeof cu, ", %d compute units", c->compute_units);
@@ -110,11 +111,25 @@ static int count_ok(kvq_bctx *b, size_t count, const char *op) {
     return 0;
 }
 
+/* The norms' shaders by device (subgroupAdd: fewer barriers); kvq_vk_ops_prepare builds the same. */
+static const char *rms_norm_shader(const kvq_bctx *b) { return b->caps.subgroup_arith ? "rms_norm_sg" : "rms_norm"; }
+static const char *layer_norm_shader(const kvq_bctx *b) { return b->caps.subgroup_arith ? "layer_norm_sg" : "layer_norm"; }
+
+/* Every elementwise op's pipeline (none has spec constants), built at the first weight upload
+ * rather than at open: tests open backends often, and software drivers compile slowly. */
+kvq_status kvq_vk_ops_prepare(kvq_bctx *b) {
+    if (b->ops_ready) return KVQ_OK;
+    const char *names[] = {rms_norm_shader(b), layer_norm_shader(b), "rope", "swiglu", "geglu", "add", "scale", "add_weighted"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) vk_pipe_get(b, names[i], NULL, 0);
+    if (b->err) return vk_submit(b);
+    b->ops_ready = 1;
+    return KVQ_OK;
+}
+
 static void vkb_rms_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps) {
     struct { uint32_t dim; float eps; } pc = {(uint32_t)dim, eps};
     vk_bind bind[3] = {vk_whole(x), kvq_vk_weight_vec(g), vk_whole(y)};
-    const char *name = b->caps.subgroup_arith ? "rms_norm_sg" : "rms_norm"; /* subgroupAdd: fewer barriers */
-    vk_dispatch(b, vk_pipe_get(b, name, NULL, 0), bind, 3, &pc, sizeof pc, (uint32_t)n, 1, 1);
+    vk_dispatch(b, vk_pipe_get(b, rms_norm_shader(b), NULL, 0), bind, 3, &pc, sizeof pc, (uint32_t)n, 1, 1);
 }
 
 /* One workgroup per row; rows past the grid limit go in further dispatches (per-head
@@ -126,7 +141,7 @@ static void vkb_layer_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_b
         return;
     }
     if (!count_ok(b, (size_t)n * dim, "layer_norm")) return;
-    const vk_pipe *p = vk_pipe_get(b, b->caps.subgroup_arith ? "layer_norm_sg" : "layer_norm", NULL, 0);
+    const vk_pipe *p = vk_pipe_get(b, layer_norm_shader(b), NULL, 0);
     vk_bind bind[3] = {vk_whole(x), kvq_vk_weight_vec(g), vk_whole(y)};
     const uint32_t cap = b->max_groups[0];
     for (uint32_t row0 = 0; row0 < (uint32_t)n; row0 += cap) {

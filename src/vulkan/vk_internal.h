@@ -120,6 +120,8 @@ struct kvq_bctx {
     VkDeviceSize min_align;       /* minStorageBufferOffsetAlignment */
     uint32_t max_groups[3];       /* maxComputeWorkGroupCount */
     int n_threads;
+    int exact;                    /* kvq_backend_opts.exact: no fp16 lookup tables (vk_matmul.c) */
+    int ops_ready;                /* the elementwise pipelines are built (kvq_vk_ops_prepare) */
 
     VkCommandPool cmd_pool;
     vk_slot slots[VK_SLOTS];
@@ -205,7 +207,8 @@ int vk_alloc_plan(const kvq_bctx *b, const size_t *sizes, int n);
 
 /* ---- vk_pipes.c: pipelines ---- */
 /* Pipeline of shader `name` with spec constants 0..n_spec-1 = spec[] (created on first
- * use, cached). NULL (error recorded in b) when the shader is missing or fails. */
+ * request, cached; the matmul and elementwise ones are requested at weight upload). NULL
+ * (error recorded in b) when the shader is missing or fails. */
 const vk_pipe *vk_pipe_get(kvq_bctx *b, const char *name, const uint32_t *spec, int n_spec);
 /* Opens the on-disk pipeline cache ($KVQ_VK_PIPELINE_CACHE, else $XDG_CACHE_HOME/kvq or
  * ~/.cache/kvq, one file per device and driver); saves it and destroys the pipelines at close. */

@@ -2,10 +2,14 @@
  * token count, and dispatches it once per row piece (vk_weights.h).
  *
  *   n <= VEC_MAX_N  dense: mm_dense_vec; AQLM 8-bit: mm_lut (lookup tables in shared
- *                   memory); AQLM 9..16-bit: mm_gather. The AQLM ones split the code
- *                   chunks over workgroups when the rows alone give too few, and
- *                   mm_reduce adds the partial sums (scale, bias).
- *   n >  VEC_MAX_N  mm_tile: 64x64 tiles, weights dequantized into shared memory. */
+ *                   memory; mm_lut_h keeps them as fp16, w->lut16); AQLM 9..16-bit:
+ *                   mm_gather. The AQLM ones split the code chunks over workgroups when
+ *                   the rows alone give too few, and mm_reduce adds the partial sums
+ *                   (scale, bias) unless their last workgroup does.
+ *   n >  VEC_MAX_N  mm_tile: 64x64 tiles, weights dequantized into shared memory.
+ *
+ * matmul_key / get_rows_key name the pipeline; kvq_vk_matmul_prepare builds every one a
+ * weight can need at upload, through the same functions, so no token waits for a compile. */
 #include "vulkan/vk_weights.h"
 
 #define VEC_MAX_N 4
@@ -45,21 +49,73 @@ static vk_bind counters(kvq_bctx *b, uint32_t gx) {
     return r;
 }
 
-static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n) {
-    int lut = w->nbits == 8;
-    uint32_t spec[4] = {(uint32_t)w->M, (uint32_t)w->ig, (uint32_t)n, (uint32_t)w->nbits};
-    const vk_pipe *p = vk_pipe_get(b, lut ? "mm_lut" : "mm_gather", spec, lut ? 3 : 4);
+/* A pipeline: shader name and spec constants, and which host path dispatches it. */
+enum { PK_TILE, PK_AQLM_VEC, PK_DENSE_VEC, PK_ROWS };
+typedef struct {
+    int kind;
+    const char *name;
+    uint32_t spec[5];
+    int n_spec;
+} vk_pkey;
+
+static const vk_pipe *pipe_of(kvq_bctx *b, const vk_pkey *k) { return vk_pipe_get(b, k->name, k->spec, k->n_spec); }
+
+/* Spec constants FMT, M, IG, NB, CS shared by mm_tile and get_rows (dense: fixed
+ * filler values so all dense weights of a format share one pipeline). */
+static void fmt_spec(const kvq_wt *w, uint32_t spec[5]) {
+    int aq = w->fmt == KVQ_W_AQLM;
+    spec[0] = kvq_vk_fmt_code(w->fmt);
+    spec[1] = aq ? (uint32_t)w->M : 1;
+    spec[2] = aq ? (uint32_t)w->ig : 8;
+    spec[3] = aq ? (uint32_t)w->nbits : 8;
+    spec[4] = aq ? (uint32_t)w->cs : 1;
+}
+
+/* The pipeline a matmul of w over n >= 1 tokens runs (the only place that chooses it). */
+static vk_pkey matmul_key(const kvq_wt *w, int n) {
+    vk_pkey k = {0};
+    if (n > VEC_MAX_N) {
+        k.kind = PK_TILE, k.name = "mm_tile", k.n_spec = 5;
+        fmt_spec(w, k.spec);
+    } else if (w->fmt == KVQ_W_AQLM) {
+        int lut = w->nbits == 8;
+        k.kind = PK_AQLM_VEC;
+        k.name = !lut ? "mm_gather" : w->lut16 ? "mm_lut_h" : "mm_lut";
+        k.n_spec = lut ? 3 : 4;
+        k.spec[0] = (uint32_t)w->M, k.spec[1] = (uint32_t)w->ig, k.spec[2] = (uint32_t)n, k.spec[3] = (uint32_t)w->nbits;
+    } else {
+        k.kind = PK_DENSE_VEC, k.name = "mm_dense_vec", k.n_spec = 2;
+        k.spec[0] = kvq_vk_fmt_code(w->fmt), k.spec[1] = (uint32_t)n;
+    }
+    return k;
+}
+
+static vk_pkey get_rows_key(const kvq_wt *w) {
+    vk_pkey k = {.kind = PK_ROWS, .name = "get_rows", .n_spec = 5};
+    fmt_spec(w, k.spec);
+    return k;
+}
+
+/* Workgroups along the code chunks for an AQLM matvec of a piece with gx row blocks;
+ * *cps = chunks per split. */
+static uint32_t aqlm_splits(const kvq_bctx *b, const kvq_wt *w, uint32_t gx, uint32_t *cps) {
+    uint32_t chunks = (uint32_t)w->n_chunks, nsplit = target_groups(b) / gx;
+    if (target_groups(b) > 8 && nsplit > chunks / MIN_CHUNKS_PER_SPLIT) nsplit = chunks / MIN_CHUNKS_PER_SPLIT;
+    if (nsplit > chunks) nsplit = chunks;
+    if (nsplit < 1) nsplit = 1;
+    *cps = cdiv(chunks, nsplit);
+    return cdiv(chunks, *cps);
+}
+
+static uint32_t aqlm_rows_per_wg(const kvq_wt *w) { return w->nbits == 8 ? LUT_ROWS_PER_WG : GATHER_ROWS_PER_WG; }
+
+static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind x, vk_bind y, int n) {
     const vk_pipe *red = NULL;
-    uint32_t per_wg = lut ? LUT_ROWS_PER_WG : GATHER_ROWS_PER_WG, flags = w->bias ? 1u : 0u;
+    uint32_t per_wg = aqlm_rows_per_wg(w), flags = w->bias ? 1u : 0u;
     for (int i = 0; i < w->n_pieces; i++) {
         const vk_piece *pc_ = &w->pieces[i];
-        uint32_t gx = cdiv((size_t)pc_->rows, per_wg), chunks = (uint32_t)w->n_chunks;
-        uint32_t nsplit = target_groups(b) / gx;
-        if (target_groups(b) > 8 && nsplit > chunks / MIN_CHUNKS_PER_SPLIT) nsplit = chunks / MIN_CHUNKS_PER_SPLIT;
-        if (nsplit > chunks) nsplit = chunks;
-        if (nsplit < 1) nsplit = 1;
-        uint32_t cps = cdiv(chunks, nsplit);
-        nsplit = cdiv(chunks, cps);
+        uint32_t gx = cdiv((size_t)pc_->rows, per_wg), chunks = (uint32_t)w->n_chunks, cps;
+        uint32_t nsplit = aqlm_splits(b, w, gx, &cps);
         kvq_buf *part = NULL;
         vk_bind pb = {0}, cb = vk_whole(b->dummy);
         int fused = 0;
@@ -78,8 +134,9 @@ static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int 
         }
         struct {
             uint32_t rows_p, row0, rows_total, cols, n_chunks, cps, flags, n;
+            float cb_l1; /* mm_lut_h's scale (mm_lut.glsl) */
         } pc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)w->cols,
-                chunks, cps, flags | (part ? 2u : 0u) | (fused ? 4u : 0u), (uint32_t)n};
+                chunks, cps, flags | (part ? 2u : 0u) | (fused ? 4u : 0u), (uint32_t)n, w->cb_l1};
         vk_bind bind[8] = {vk_whole(pc_->buf), vk_whole(w->codebooks), x, part ? pb : y, vk_whole(w->scales),
                            opt(b, w->bias), fused ? y : vk_whole(b->dummy), cb};
         /* beside the reduces held back from the matvecs before it (q, k, v share their input) */
@@ -100,9 +157,7 @@ typedef struct {
     uint32_t rows_p, row0, rows_total, cols, stride, n, flags;
 } dense_pc;
 
-static void matvec_dense(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n) {
-    uint32_t spec[2] = {kvq_vk_fmt_code(w->fmt), (uint32_t)n};
-    const vk_pipe *p = vk_pipe_get(b, "mm_dense_vec", spec, 2);
+static void matvec_dense(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind x, vk_bind y, int n) {
     for (int i = 0; i < w->n_pieces; i++) {
         const vk_piece *pp = &w->pieces[i];
         dense_pc pc = {(uint32_t)pp->rows, (uint32_t)pp->row0, (uint32_t)w->rows, (uint32_t)w->cols,
@@ -112,21 +167,7 @@ static void matvec_dense(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int
     }
 }
 
-/* Spec constants FMT, M, IG, NB, CS shared by mm_tile and get_rows (dense: fixed
- * filler values so all dense weights of a format share one pipeline). */
-static void fmt_spec(const kvq_wt *w, uint32_t spec[5]) {
-    int aq = w->fmt == KVQ_W_AQLM;
-    spec[0] = kvq_vk_fmt_code(w->fmt);
-    spec[1] = aq ? (uint32_t)w->M : 1;
-    spec[2] = aq ? (uint32_t)w->ig : 8;
-    spec[3] = aq ? (uint32_t)w->nbits : 8;
-    spec[4] = aq ? (uint32_t)w->cs : 1;
-}
-
-static void matmul_tiled(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n) {
-    uint32_t spec[5];
-    fmt_spec(w, spec);
-    const vk_pipe *p = vk_pipe_get(b, "mm_tile", spec, 5);
+static void matmul_tiled(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind x, vk_bind y, int n) {
     for (int i = 0; i < w->n_pieces; i++) {
         const vk_piece *pp = &w->pieces[i];
         dense_pc pc = {(uint32_t)pp->rows, (uint32_t)pp->row0, (uint32_t)w->rows, (uint32_t)w->cols,
@@ -138,12 +179,14 @@ static void matmul_tiled(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int
 
 void kvq_vk_matmul_at(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n) {
     if (n <= 0) return;
-    if (n > VEC_MAX_N)
-        matmul_tiled(b, w, x, y, n);
-    else if (w->fmt == KVQ_W_AQLM)
-        matvec_aqlm(b, w, x, y, n);
+    vk_pkey k = matmul_key(w, n); /* the path follows the key: dispatch and prepare agree */
+    const vk_pipe *p = pipe_of(b, &k);
+    if (k.kind == PK_TILE)
+        matmul_tiled(b, w, p, x, y, n);
+    else if (k.kind == PK_AQLM_VEC)
+        matvec_aqlm(b, w, p, x, y, n);
     else
-        matvec_dense(b, w, x, y, n);
+        matvec_dense(b, w, p, x, y, n);
 }
 
 void kvq_vk_matmul(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {
@@ -157,9 +200,8 @@ void kvq_vk_get_rows(kvq_bctx *b, const kvq_wt *w, const int32_t *ids, int n, kv
             vk_error(b, KVQ_ERR_ARG, "get_rows: id %d out of range (the weight has %d rows)", (int)ids[i], w->rows);
             return;
         }
-    uint32_t spec[5];
-    fmt_spec(w, spec);
-    const vk_pipe *p = vk_pipe_get(b, "get_rows", spec, 5);
+    vk_pkey key = get_rows_key(w);
+    const vk_pipe *p = pipe_of(b, &key);
     vk_bind idb = vk_stage(b, ids, (size_t)n * sizeof *ids);
     for (int i = 0; i < w->n_pieces; i++) {
         const vk_piece *pp = &w->pieces[i];
@@ -173,4 +215,23 @@ void kvq_vk_get_rows(kvq_bctx *b, const kvq_wt *w, const int32_t *ids, int n, kv
         bind[0].bytes = (VkDeviceSize)n * (pp->buf->bytes / (size_t)pp->rows); /* the profile: rows read, not the table */
         vk_dispatch(b, p, bind, 5, &pc, sizeof pc, cdiv(cdiv((size_t)w->cols, 8), 64), (uint32_t)n, 1);
     }
+}
+
+kvq_status kvq_vk_matmul_prepare(kvq_bctx *b, const kvq_wt *w, int rows_only) {
+    vk_pkey k = get_rows_key(w);
+    pipe_of(b, &k);
+    /* n = 1..VEC_MAX_N: decode and batched decode (and MoE experts a few rows pick); VEC_MAX_N + 1: tiles */
+    for (int n = 1; n <= VEC_MAX_N + 1 && !rows_only; n++) {
+        k = matmul_key(w, n);
+        pipe_of(b, &k);
+    }
+    if (!rows_only && w->fmt == KVQ_W_AQLM && !b->caps.fused_reduce)
+        for (int i = 0; i < w->n_pieces; i++) {
+            uint32_t cps;
+            if (aqlm_splits(b, w, cdiv((size_t)w->pieces[i].rows, aqlm_rows_per_wg(w)), &cps) > 1) {
+                vk_pipe_get(b, "mm_reduce", NULL, 0);
+                break;
+            }
+        }
+    return b->err ? vk_submit(b) : KVQ_OK;
 }

@@ -1,4 +1,5 @@
-/* Pipelines: built on first use from the embedded SPIR-V, through a VkPipelineCache
+/* Pipelines: built from the embedded SPIR-V when first asked for (at weight upload for
+ * the matmuls and elementwise ops, vk_weights.c), through a VkPipelineCache
  * that is kept on disk (one file per device and driver), so a second run builds its
  * pipelines from the driver's cache instead of compiling them again. Each pipeline
  * also records which bindings its shader writes, read from the SPIR-V decorations,
@@ -30,7 +31,8 @@ static void reflect(vk_pipe *p, const uint32_t *w, size_t n_words) {
     uint32_t bound = w[3];
     int32_t *binding = malloc(sizeof(int32_t) * bound);
     uint32_t *pointee = calloc(bound, sizeof(uint32_t)), *var_type = calloc(bound, sizeof(uint32_t));
-    uint8_t *nonwr_var = calloc(bound, 1), *members = calloc(bound, 1), *nonwr_members = calloc(bound, 1);
+    uint8_t *nonwr_var = calloc(bound, 1);
+    uint32_t *members = calloc(bound, 4), *nonwr_members = calloc(bound, 4); /* bit k: member k */
     if (!binding || !pointee || !var_type || !nonwr_var || !members || !nonwr_members) goto out;
     for (uint32_t i = 0; i < bound; i++) binding[i] = -1;
     for (size_t i = 5; i < n_words;) {
@@ -41,9 +43,9 @@ static void reflect(vk_pipe *p, const uint32_t *w, size_t n_words) {
             if (a[1] == DEC_BINDING && wc >= 4) binding[a[0]] = (int32_t)a[2];
             if (a[1] == DEC_NON_WRITABLE) nonwr_var[a[0]] = 1;
         } else if (op == OP_MEMBER_DECORATE && wc >= 4 && a[0] < bound) {
-            if (a[1] >= 8) goto out; /* our blocks have a member or two */
-            members[a[0]] |= (uint8_t)(1u << a[1]);
-            if (a[2] == DEC_NON_WRITABLE) nonwr_members[a[0]] |= (uint8_t)(1u << a[1]);
+            if (a[1] >= 32) goto out; /* buffer blocks have a member or two, push constants a few more */
+            members[a[0]] |= 1u << a[1];
+            if (a[2] == DEC_NON_WRITABLE) nonwr_members[a[0]] |= 1u << a[1];
         } else if (op == OP_TYPE_POINTER && wc >= 4 && a[0] < bound) {
             pointee[a[0]] = a[2];
         } else if (op == OP_VARIABLE && wc >= 4 && a[1] < bound) {

@@ -201,6 +201,29 @@ static kvq_status fill_aqlm(kvq_bctx *b, const kvq_weight_desc *d, const kvq_wt 
     return s == KVQ_OK ? KVQ_OK : upload_fail(d, "codes");
 }
 
+/* Largest sum |c_j| over the codewords of all codebooks. */
+static float codeword_l1_max(const kvq_weight_desc *d) {
+    size_t words = (size_t)d->n_codebooks << d->nbits;
+    float best = 0;
+    for (size_t c = 0; c < words; c++) {
+        float s = 0;
+        for (int j = 0; j < d->in_group; j++) {
+            float v = kvq_f16_to_f32(kvq_rd_u16(d->codebooks, c * (size_t)d->in_group + (size_t)j));
+            s += v < 0 ? -v : v;
+        }
+        if (s > best || s != s) best = s; /* a NaN codeword keeps NaN: the shader then scales by 1 */
+    }
+    return best;
+}
+
+/* The pipelines of the ops and of this weight (kvq_vk_matmul_prepare): at load, not at
+ * the first token. Norm gains (one row) only go to the norms. */
+static kvq_status prepare(kvq_bctx *b, const kvq_weight_desc *d, const kvq_wt *w) {
+    kvq_status s = kvq_vk_ops_prepare(b);
+    if (s == KVQ_OK && !(w->vec && d->rows == 1)) s = kvq_vk_matmul_prepare(b, w, d->rows_only);
+    return s == KVQ_OK ? KVQ_OK : upload_fail(d, "pipelines");
+}
+
 kvq_wt *kvq_vk_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
     char why[256];
     if (unsupported(b, d, why, sizeof why)) {
@@ -219,6 +242,8 @@ kvq_wt *kvq_vk_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
         w->ig = d->in_group;
         w->cs = d->nbits > 8 ? 2 : 1;
         w->n_chunks = (int)(row_bytes(d) / 16);
+        w->lut16 = d->nbits == 8 && b->caps.fp16 && !b->exact;
+        w->cb_l1 = codeword_l1_max(d);
     }
     if (d->fmt != KVQ_W_AQLM && !d->bias && small_dense(d) && d->cols % ROW_PAD == 0 &&
         (size_t)d->rows * d->cols * 4 <= b->max_buffer) {
@@ -233,6 +258,10 @@ kvq_wt *kvq_vk_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
         w->n_pieces = 1;
         w->pieces[0] = (vk_piece){w->vec, 0, d->rows};
         w->bytes = count * 4;
+        if (prepare(b, d, w) != KVQ_OK) {
+            kvq_vk_weight_free(b, w);
+            return NULL;
+        }
         return w;
     }
     size_t rb = row_bytes(d), per = b->max_buffer / rb;
@@ -266,6 +295,7 @@ kvq_wt *kvq_vk_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
         if (!(w->vec = f32_buf(b, d, "f32 copy", d->fmt, d->data, count))) goto fail;
         w->bytes += count * 4;
     }
+    if (prepare(b, d, w) != KVQ_OK) goto fail;
     return w;
 fail:
     kvq_vk_weight_free(b, w);

@@ -24,6 +24,8 @@ struct kvq_wt {
     int stride;          /* dense: values per stored row (cols rounded up to 8) */
     int M, nbits, ig, cs; /* AQLM: codebooks, bits, in_group, stored bytes per code */
     int n_chunks;        /* AQLM: 16-byte code chunks per row */
+    int lut16;           /* AQLM 8-bit: lookup tables in fp16 (mm_lut_h) */
+    float cb_l1;         /* AQLM: largest sum |c_j| of a codeword (mm_lut_h's table scale) */
     int n_pieces;
     vk_piece *pieces;
     kvq_buf *codebooks;  /* AQLM: fp16 [M][2^nbits][ig] as in the checkpoint */
@@ -37,5 +39,12 @@ struct kvq_wt {
 static inline uint32_t kvq_vk_fmt_code(kvq_wformat f) {
     return f == KVQ_W_F32 ? 0u : f == KVQ_W_F16 ? 1u : f == KVQ_W_BF16 ? 2u : 3u;
 }
+
+/* Builds every pipeline a matmul (n = 1, 2.., the tiles) or get_rows of w runs (get_rows
+ * alone when rows_only), with the choice the dispatch makes (vk_matmul.c), so none is
+ * compiled at the first token. The pipeline's error (kvq_fail) when one cannot be built. */
+kvq_status kvq_vk_matmul_prepare(kvq_bctx *b, const kvq_wt *w, int rows_only);
+/* Builds the elementwise ops' pipelines (vk_backend.c), once per backend. */
+kvq_status kvq_vk_ops_prepare(kvq_bctx *b);
 
 #endif
