@@ -8,12 +8,16 @@
  * long as it stays within b->max_buffer (and 4 GiB: shaders use 32-bit byte
  * offsets), otherwise the cache is split by layer.
  *
- * Attention: work items are (tile of R query rows of one KV head, split of the
- * positions). Rows are (query, head of the GQA group), so every K/V row a
- * workgroup reads serves all heads of the group. Splits write partial
- * (max, sum, acc) into vk_scratch slot 0; attn_merge combines them and undoes
- * the V rotation. Decode and prompts take the same path: decode gets one tile
- * per KV head and many splits, a prompt many tiles and few splits. */
+ * Attention: work items are (tile of query rows of one KV head, split of the
+ * positions); every K/V row a workgroup reads serves all the GQA heads it
+ * holds. Splits write partial (max, sum, acc) into vk_scratch slot 0;
+ * attn_merge combines them and undoes the V rotation. Decode (one query) goes
+ * through attn_dec (shaders/attn_dec.glsl: K/V blocks staged in shared memory
+ * by coalesced copies, int8 q and integer dot products for q8/q4 K where the
+ * device has them), prompts through attn_fused (R rows of (query, head) per
+ * workgroup, many tiles and few splits). kvq_vk_attn_pick names the pipeline
+ * for both kv_new (which builds them all, so no token pays for one) and the
+ * dispatch; kvq_vk_attn_plan sizes the grid from b->target_groups. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
