@@ -45,6 +45,8 @@ typedef struct {
     int n_layer, n_ctx, n_head_kv, head_dim;
     kvq_cache_type type_k, type_v;
     int rotate_k, rotate_v; /* Hadamard-rotate rows before storing */
+    int n_head;             /* query heads attending to it (a multiple of n_head_kv), so a GPU backend can build
+                               its attention pipelines with the cache; 0: unknown (built at first use) */
 } kvq_kv_desc;
 
 /* One attention call: n_head query heads share KV head h*n_head_kv/n_head (GQA). */

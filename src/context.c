@@ -79,6 +79,7 @@ kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_c
         .n_layer = hp->n_layer, .n_ctx = p.n_ctx, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
         .type_k = p.type_k, .type_v = p.type_v,
         .rotate_k = want_rotate(p.type_k, p.kv_rotate), .rotate_v = want_rotate(p.type_v, p.kv_rotate),
+        .n_head = hp->n_head,
     };
     /* longrope: the long factors when the context reaches past the original one (as llama.cpp decides) */
     int long_rope = m->rope_freqs_long && p.n_ctx > hp->rope_orig_ctx;

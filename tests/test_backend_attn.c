@@ -1,10 +1,12 @@
 /* kv_store + attention of every backend in the registry that starts here,
  * against src/ref: all 16 K x V cache type pairs, rotation on/off, GQA 1/4/8,
- * head dims 32/64/128, sliding window, prompts (also continuing a cache),
- * decode, and contexts long enough to split positions. The Vulkan backend's
- * stored rows are also compared byte for byte with kvq_ref_kv_store_row, and
- * its cache split across buffers (KVQ_VK_MAX_BUFFER) is exercised. Backends
- * that fail init are skipped with a message. */
+ * head dims 32/64/80/96/128, sliding window, prompts (also continuing a cache),
+ * decode at awkward context lengths, and contexts long enough to split
+ * positions. The Vulkan backend's stored rows are also compared byte for byte
+ * with kvq_ref_kv_store_row, its cache split across buffers (KVQ_VK_MAX_BUFFER)
+ * is exercised, its attention pipelines must all exist once kv_new returns,
+ * and its decode with int8 q (attn_dec_*i8) is held to the bound derived at
+ * check_int8. Backends that fail init are skipped with a message. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,8 @@ typedef struct {
 
 static backend g_bk[8];
 static int g_n;
+static double g_i8_ratio; /* largest error / bound seen on the int8-q decode path */
+static int g_i8_checks;
 
 static kvq_bctx *start(const kvq_backend *be) {
     kvq_backend_opts o = {.n_threads = 2, .allow_software = 1};
@@ -54,6 +58,8 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
+    if (g_i8_checks)
+        print_message("int8-q decode: %d checks, largest error / bound %.3f\n", g_i8_checks, g_i8_ratio);
     for (int i = 0; i < g_n; i++) g_bk[i].be->release(g_bk[i].b);
     return 0;
 }
@@ -115,11 +121,69 @@ static void check_bytes(const backend *k, const kvq_kvbuf *kv, const kvq_kv_desc
 }
 #endif
 
+#ifdef KVQ_HAVE_VULKAN
+/* Decode with int8 q (attn_dec_*i8: q8/q4 K, devices with integer dot products). Each block b of 32
+ * values of q' = scale * q (rotated when K is) is rounded to sq_b * qi, sq_b = max|q'_b| / 127,
+ * |qi| <= 127, so every value moves by at most sq_b / 2 and the score of position j by
+ *     |ds_j| <= E_j = 1/2 * sum_b sq_b * ||k_jb||_1
+ * (k_jb: block b of the stored K row dequantized, dk * k_int; the dot products themselves are exact
+ * in int32). Softmax weights p_j = e^s_j / sum e^s then change by a factor in [e^-2E, e^2E],
+ * E = max_j E_j, so |p'_j - p_j| <= (e^2E - 1) p_j, and one head's output by
+ *     ||o' - o||_2 = ||sum_j (p'_j - p_j) v_j||_2 <= (e^2E - 1) * max_j ||v_j||_2
+ * (v_j dequantized; a rotation of V keeps norms). Each head is held to that, plus 1e-4 of its norm
+ * and a 1.001 factor on E for the f32 arithmetic around it. Returns the largest error / bound. */
+static double check_int8(const attn_case *c, const kvq_attn_desc *a, const uint8_t *K, const uint8_t *V,
+                         const float *q, const float *out, const float *ref, int qpos, const char *what) {
+    const int hd = c->hd, nh = c->n_kv * c->n_rep;
+    const size_t kb = kvq_kv_row_bytes(c->tk, hd), vb = kvq_kv_row_bytes(c->tv, hd);
+    const int lo = c->window > 0 && qpos - c->window + 1 > 0 ? qpos - c->window + 1 : 0;
+    float *qr = malloc(sizeof(float) * hd), *row = malloc(sizeof(float) * hd);
+    assert_true(qr && row);
+    double worst = 0;
+    for (int h = 0; h < nh; h++) {
+        const int g = h / c->n_rep;
+        for (int i = 0; i < hd; i++) qr[i] = q[(size_t)h * hd + i] * a->scale;
+        if (c->rk) kvq_ref_hadamard(qr, hd);
+        double E = 0, vmax = 0;
+        for (int j = lo; j <= qpos; j++) {
+            kvq_ref_kv_load_row(c->tk, K + ((size_t)g * c->n_ctx + j) * kb, row, hd);
+            double e = 0;
+            for (int b = 0; b < hd / KVQ_QK; b++) {
+                double amax = 0, l1 = 0;
+                for (int i = b * KVQ_QK; i < (b + 1) * KVQ_QK; i++) {
+                    amax = fmax(amax, fabs(qr[i]));
+                    l1 += fabs(row[i]);
+                }
+                e += 0.5 * amax / 127.0 * l1;
+            }
+            E = fmax(E, e);
+            kvq_ref_kv_load_row(c->tv, V + ((size_t)g * c->n_ctx + j) * vb, row, hd);
+            double n2 = 0;
+            for (int i = 0; i < hd; i++) n2 += (double)row[i] * row[i];
+            vmax = fmax(vmax, sqrt(n2));
+        }
+        double err = 0, rn = 0;
+        for (int i = 0; i < hd; i++) {
+            const double dlt = (double)out[(size_t)h * hd + i] - ref[(size_t)h * hd + i];
+            err += dlt * dlt;
+            rn += (double)ref[(size_t)h * hd + i] * ref[(size_t)h * hd + i];
+        }
+        err = sqrt(err), rn = sqrt(rn);
+        const double bound = expm1(2.0 * 1.001 * E) * vmax + 1e-4 * rn;
+        if (!(err <= bound)) fail_msg("%s, decode at %d head %d: int8-q error %.3g > bound %.3g (E %.3g)", what, qpos, h, err, bound, E);
+        if (bound > 0 && err / bound > worst) worst = err / bound;
+    }
+    free(qr);
+    free(row);
+    return worst;
+}
+#endif
+
 static void run_case(const backend *k, const attn_case *c, uint64_t seed) {
     const kvq_backend *be = k->be;
     const int hd = c->hd, nkv = c->n_kv, nh = c->n_kv * c->n_rep, layer = 1;
     const kvq_kv_desc d = {.n_layer = 2, .n_ctx = c->n_ctx, .n_head_kv = nkv, .head_dim = hd,
-                           .type_k = c->tk, .type_v = c->tv, .rotate_k = c->rk, .rotate_v = c->rv};
+                           .type_k = c->tk, .type_v = c->tv, .rotate_k = c->rk, .rotate_v = c->rv, .n_head = nh};
     const kvq_attn_desc a = {.n_head = nh, .n_head_kv = nkv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
                              .window = c->window};
     char what[200];
@@ -128,6 +192,8 @@ static void run_case(const backend *k, const attn_case *c, uint64_t seed) {
              c->window, c->n_ctx);
     kvq_kvbuf *kv = be->kv_new(k->b, &d);
     if (!kv) fail_msg("%s: kv_new: %s", what, kvq_last_error());
+    kvq_backend_stats st0 = {0}, st1 = {0};
+    if (be->stats) be->stats(k->b, &st0); /* kv_new built the pipelines: attention adds none */
     const size_t kb = kvq_kv_row_bytes(c->tk, hd), vb = kvq_kv_row_bytes(c->tv, hd);
     uint8_t *K = calloc((size_t)nkv * c->n_ctx, kb), *V = calloc((size_t)nkv * c->n_ctx, vb);
     assert_true(K && V);
@@ -159,12 +225,29 @@ static void run_case(const backend *k, const attn_case *c, uint64_t seed) {
         if (rs != KVQ_OK) fail_msg("%s: buf_read: %s", what, kvq_last_error());
         kvq_ref_attention(nh, nkv, hd, a.scale, c->window, c->tk, c->rk, K, c->tv, c->rv, V, c->n_ctx, q, ref, qpos,
                           s->na);
+        int i8 = 0;
+#ifdef KVQ_HAVE_VULKAN
+        if (k->vk && s->na == 1) {
+            const kvq_vk_attn_dev dev = kvq_vk_attn_dev_of(k->b);
+            i8 = kvq_vk_attn_pick(&dev, &d, c->n_rep, 1).int8;
+        }
+        if (i8) {
+            const double r = check_int8(c, &a, K, V, q, out, ref, qpos, what);
+            g_i8_ratio = r > g_i8_ratio ? r : g_i8_ratio;
+            g_i8_checks++;
+        }
+#endif
         const double err = tu_rel_l2(out, ref, qn);
-        if (!(err <= k->tol))
+        if (!i8 && !(err <= k->tol))
             fail_msg("%s, step pos0 %d n %d queries %d: rel err %.3g > %.g", what, s->pos0, s->n, s->na, err, k->tol);
 #ifdef KVQ_HAVE_VULKAN
         if (k->vk) check_bytes(k, kv, &d, layer, K, V, s->pos0 + s->n, what);
 #endif
+        if (be->stats) {
+            be->stats(k->b, &st1);
+            if (st1.pipelines != st0.pipelines)
+                fail_msg("%s: attention built %d pipelines after kv_new", what, st1.pipelines - st0.pipelines);
+        }
         be->buf_free(k->b, bk);
         be->buf_free(k->b, bv);
         be->buf_free(k->b, bq);
@@ -251,7 +334,84 @@ static void test_head_dim_32(void **state) {
         }
 }
 
+/* Decode (one query) at context lengths that are not multiples of any block size, head dims
+ * 64/80/96/128 (80: f16 only, q8/q4 need whole blocks of 32), GQA 1/4/8, f16/q8/q4 (q4 rotated)
+ * and q8 K with q4 V: on Vulkan the attn_dec pipelines (with int8 q where the device has integer
+ * dot products). The stored prompt is attended by its last query first, then one more token.
+ * Vulkan runs on a fresh device per head dim, so the pipelines of all shapes fit its table. */
+static void test_decode_shapes(void **state) {
+    (void)state;
+    const int hds[4] = {64, 80, 96, 128}, reps[3] = {1, 4, 8}, ctxs[5] = {1, 7, 33, 300, 1100};
+    const kvq_cache_type kt[4] = {KVQ_CACHE_F16, KVQ_CACHE_Q8, KVQ_CACHE_Q4, KVQ_CACHE_Q8};
+    const kvq_cache_type vt[4] = {KVQ_CACHE_F16, KVQ_CACHE_Q8, KVQ_CACHE_Q4, KVQ_CACHE_Q4};
+    for (int bi = 0; bi < g_n; bi++)
+        for (int hi = 0; hi < 4; hi++) {
+            const int hd = hds[hi];
+            backend k = g_bk[bi];
+            /* the CPU's attention kernels take f16 rows in whole blocks of 32 (head dim 80 reads past
+             * them: wrong outputs on the scalar path, heap damage on AVX2/AVX-512), so 80 is Vulkan's */
+            if (hd % 32 && !k.vk) continue;
+            kvq_bctx *fresh = NULL;
+            if (k.vk) {
+                if (!(fresh = start(k.be))) continue;
+                k.b = fresh;
+            }
+            for (int t = 0; t < 4; t++) {
+                if (hd % 32 && t) continue;
+                const int rot = t == 2 && (hd & (hd - 1)) == 0;
+                for (int r = 0; r < 3; r++)
+                    for (int ci = 0; ci < 5; ci++) {
+                        const int L = ctxs[ci];
+                        attn_case c = {.hd = hd, .n_kv = 2, .n_rep = reps[r], .n_ctx = L + 3, .tk = kt[t], .tv = vt[t],
+                                       .rk = rot, .rv = rot, .window = ci == 4 && r == 1 ? 500 : 0};
+                        if (L == 1) c.n_steps = 1, c.steps[0] = (step){0, 1, 1};
+                        else c.n_steps = 2, c.steps[0] = (step){0, L - 1, 1}, c.steps[1] = (step){L - 1, 1, 1};
+                        run_case(&k, &c, 800 + (uint64_t)(((hi * 4 + t) * 3 + r) * 5 + ci));
+                    }
+            }
+            if (fresh) k.be->release(fresh);
+        }
+}
+
 #ifdef KVQ_HAVE_VULKAN
+/* The decode grid for 7B (32 heads over 32 or 8 KV heads) and 70B (64 over 8) shapes, head dim
+ * 128, at 512..32k positions, on two kinds of GPU: one whose compute units are known (132, an
+ * H100: target_groups 4 x 132) and one where they are not (512 by default). Every case must give
+ * several hundred workgroups (>= 256), and every split must hold at least one block. */
+static void test_decode_grid(void **state) {
+    (void)state;
+    const struct {
+        const char *name;
+        int n_head, n_kv;
+    } shapes[3] = {{"7B", 32, 32}, {"7B-GQA", 32, 8}, {"70B", 64, 8}};
+    const int ctxs[4] = {512, 4096, 16384, 32768};
+    const kvq_cache_type types[3] = {KVQ_CACHE_F16, KVQ_CACHE_Q8, KVQ_CACHE_Q4};
+    for (int dv = 0; dv < 2; dv++) {
+        const kvq_vk_attn_dev dev = {.target_groups = dv ? 0 : 4 * 132, .subgroup = 1, .int_dot = 1, .dec = 1,
+                                     .shared_bytes = dv ? 32768 : 49152};
+        for (int si = 0; si < 3; si++)
+            for (int ti = 0; ti < 3; ti++)
+                for (int ci = 0; ci < 4; ci++) {
+                    const kvq_kv_desc d = {.n_layer = 1, .n_ctx = ctxs[ci], .n_head_kv = shapes[si].n_kv, .head_dim = 128,
+                                           .type_k = types[ti], .type_v = types[ti], .n_head = shapes[si].n_head};
+                    const kvq_attn_desc a = {.n_head = shapes[si].n_head, .n_head_kv = shapes[si].n_kv, .head_dim = 128,
+                                             .scale = 1.0f};
+                    const kvq_vk_attn_grid g = kvq_vk_attn_plan(&dev, &d, &a, ctxs[ci] - 1, 1, (size_t)1 << 31);
+                    const long groups = (long)g.gx * g.gy * g.gz;
+                    if (ti == 1)
+                        print_message("%s %-6s %5d positions: %s bp %d, %d tiles of %d heads x %d KV heads x %d splits of "
+                                      "%d blocks = %ld workgroups\n",
+                                      dv ? "gpu(cu ?)  " : "gpu(132 cu)", shapes[si].name, ctxs[ci], g.pipe.name, g.pipe.bp,
+                                      g.gx, g.ng, g.gy, g.gz, g.bps, groups);
+                    assert_true(g.pipe.dec);
+                    assert_int_equal(g.pipe.int8, ti > 0);
+                    assert_true(groups >= 256);
+                    assert_true((long)(g.gz - 1) * g.bps * g.pipe.bp < ctxs[ci]); /* no empty split */
+                    assert_true(g.ng * g.gx >= shapes[si].n_head / shapes[si].n_kv && g.ng <= 8);
+                }
+    }
+}
+
 /* Rows the quantizer's corner cases decide: zeros, fp16-subnormal and clamped
  * scales, exact halves (round away from zero), ties of |max| with both signs,
  * huge and tiny values; every type, rotation off and on, byte for byte. */
@@ -394,7 +554,9 @@ int main(void) {
         cmocka_unit_test(test_long_context),
         cmocka_unit_test(test_window),
         cmocka_unit_test(test_head_dim_32),
+        cmocka_unit_test(test_decode_shapes),
 #ifdef KVQ_HAVE_VULKAN
+        cmocka_unit_test(test_decode_grid),
         cmocka_unit_test(test_store_bytes),
         cmocka_unit_test(test_split_buffers),
         cmocka_unit_test(test_cache_out_of_memory),

@@ -81,7 +81,7 @@ static double bench_one(const kvq_backend *be, kvq_bctx *b, const shape *s, int 
                         size_t ws_bytes, double *layer_bytes) {
     const int hd = s->head_dim, rot = t == KVQ_CACHE_Q4;
     kvq_kv_desc d = {.n_layer = 1, .n_ctx = ctx, .n_head_kv = s->n_head_kv, .head_dim = hd, .type_k = t,
-                     .type_v = t, .rotate_k = rot, .rotate_v = rot};
+                     .type_v = t, .rotate_k = rot, .rotate_v = rot, .n_head = s->n_head};
     const size_t layer = be->kv_bytes(b, &d, ctx);
     d.n_layer = (int)((ws_bytes + layer - 1) / layer);
     if (d.n_layer < 1) d.n_layer = 1;

@@ -178,6 +178,7 @@ static kvq_status create_device(kvq_bctx *b) {
     c->storage8 = want_s8 && s8.storageBuffer8BitAccess && !disabled("storage8");
     c->int_dot = want_idot && idot.shaderIntegerDotProduct && !disabled("intdot");
     c->fused_reduce = !disabled("fusedreduce");
+    c->attn_dec = !disabled("attndec");
 
     VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES, .pNext = &sg};

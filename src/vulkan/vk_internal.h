@@ -101,6 +101,7 @@ typedef struct {
     int compute_units; /* SMs / CUs / shader cores from VK_NV_shader_sm_builtins, VK_AMD_shader_core_properties
                           or VK_ARM_shader_core_builtins; 0 when unknown */
     int fused_reduce;  /* split matvecs reduce in their last workgroup (KVQ_VK_DISABLE=fusedreduce: mm_reduce) */
+    int attn_dec;      /* decode attention through attn_dec (KVQ_VK_DISABLE=attndec: attn_fused, as prompts) */
 } vk_caps;
 
 struct kvq_bctx {

@@ -8,12 +8,16 @@
  * long as it stays within b->max_buffer (and 4 GiB: shaders use 32-bit byte
  * offsets), otherwise the cache is split by layer.
  *
- * Attention: work items are (tile of R query rows of one KV head, split of the
- * positions). Rows are (query, head of the GQA group), so every K/V row a
- * workgroup reads serves all heads of the group. Splits write partial
- * (max, sum, acc) into vk_scratch slot 0; attn_merge combines them and undoes
- * the V rotation. Decode and prompts take the same path: decode gets one tile
- * per KV head and many splits, a prompt many tiles and few splits. */
+ * Attention: work items are (tile of query rows of one KV head, split of the
+ * positions); every K/V row a workgroup reads serves all the GQA heads it
+ * holds. Splits write partial (max, sum, acc) into vk_scratch slot 0;
+ * attn_merge combines them and undoes the V rotation. Decode (one query) goes
+ * through attn_dec (shaders/attn_dec.glsl: K/V blocks staged in shared memory
+ * by coalesced copies, int8 q and integer dot products for q8/q4 K where the
+ * device has them), prompts through attn_fused (R rows of (query, head) per
+ * workgroup, many tiles and few splits). kvq_vk_attn_pick names the pipeline
+ * for both kv_new (which builds them all, so no token pays for one) and the
+ * dispatch; kvq_vk_attn_plan sizes the grid from b->target_groups. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,11 +38,16 @@ struct kvq_kvbuf {
 };
 
 enum {
-    ATTN_TARGET_GPU = 256, /* workgroups worth splitting positions for: enough to fill a large GPU, */
-    ATTN_TARGET_CPU = 32,  /* or the few cores of a software device */
-    ATTN_MIN_BLOCKS = 2,   /* fewest blocks a split gets */
-    HD_MAX = 512,        /* shared-memory sizing of the shaders */
+    ATTN_TARGET_GPU = 512, /* workgroups worth splitting positions for where b->target_groups is unknown: */
+    ATTN_TARGET_CPU = 32,  /* enough to fill a large GPU, or the few cores of a software device */
+    ATTN_MIN_BLOCKS = 2,   /* fewest blocks an attn_fused split gets (attn_dec: 1) */
+    HD_MAX = 512,          /* shared-memory sizing of the shaders */
+    DEC_HD_MAX = 256,      /* attn_dec: its accumulators (8 heads x up to 4 words) stay in registers */
+    DEC_G = 8,             /* attn_dec: most query heads per workgroup */
 };
+
+static int is_q(kvq_cache_type t) { return t == KVQ_CACHE_Q8 || t == KVQ_CACHE_Q4; }
+static kvq_status kv_prepare(kvq_bctx *b, const kvq_kv_desc *d);
 
 size_t kvq_vk_kv_row_bytes(kvq_cache_type t, int head_dim) { return (kvq_kv_row_bytes(t, head_dim) + 3) & ~(size_t)3; }
 
@@ -53,9 +62,10 @@ static void kv_release(kvq_bctx *b, kvq_kvbuf *kv) {
 
 kvq_kvbuf *kvq_vk_kv_new(kvq_bctx *b, const kvq_kv_desc *d) {
     const int hd = d->head_dim;
-    if (hd <= 0 || hd % KVQ_QK != 0 || hd > HD_MAX) {
-        kvq_fail(KVQ_ERR_UNSUPPORTED, "vulkan: KV cache head_dim %d not supported (a multiple of 32, at most %d)", hd,
-                 HD_MAX);
+    /* q8/q4 rows are whole blocks of 32; f16 values go two to a word */
+    if (hd <= 0 || hd % 2 != 0 || hd > HD_MAX || ((is_q(d->type_k) || is_q(d->type_v)) && hd % KVQ_QK != 0)) {
+        kvq_fail(KVQ_ERR_UNSUPPORTED,
+                 "vulkan: KV cache head_dim %d not supported (even, a multiple of 32 for q8/q4, at most %d)", hd, HD_MAX);
         return NULL;
     }
     if ((d->rotate_k || d->rotate_v) && (hd & (hd - 1)) != 0) {
@@ -117,6 +127,10 @@ kvq_kvbuf *kvq_vk_kv_new(kvq_bctx *b, const kvq_kv_desc *d) {
             }
         }
     }
+    if (kv_prepare(b, d) != KVQ_OK) {
+        kv_release(b, kv);
+        return NULL;
+    }
     return kv;
 }
 
@@ -163,10 +177,12 @@ void kvq_vk_kv_store(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, co
     }
 }
 
+/* ---- which attention pipeline, and how many workgroups ---- */
+
 /* Positions per block of attn_fused (its BP): 64 for a single row, else 32. */
 static int attn_bp(int R) { return R == 1 ? 64 : 32; }
 
-/* Rows per attention workgroup: enough to hold a decode step's GQA group or a
+/* Rows per attn_fused workgroup: enough to hold a decode step's GQA group or a
  * prompt tile, bounded so q rows (R x hd floats) stay within 8 KiB of shared memory. */
 static int attn_rows(int rows, int hd) {
     int rmax = 2048 / hd;
@@ -177,54 +193,157 @@ static int attn_rows(int rows, int hd) {
     return r < rmax ? r : rmax;
 }
 
+/* Words of one row's values as attn_dec stages them (scales apart). */
+static int dec_data_words(kvq_cache_type t, int hd) {
+    return t == KVQ_CACHE_F32 ? hd : t == KVQ_CACHE_F16 ? hd / 2 : t == KVQ_CACHE_Q8 ? hd / 4 : hd / 8;
+}
+
+/* Bytes of attn_dec's shared arrays (shaders/attn_dec.glsl, the same expressions). */
+static size_t dec_shared(const kvq_kv_desc *d, int G, int bp, int i8, int sg) {
+    const int hd = d->head_dim, nb = hd / KVQ_QK > 0 ? hd / KVQ_QK : 1;
+    const int ks = (dec_data_words(d->type_k, hd) + (is_q(d->type_k) ? hd / KVQ_QK : 0)) | 1;
+    const int vs = (dec_data_words(d->type_v, hd) + (is_q(d->type_v) ? hd / KVQ_QK : 0)) | 1;
+    size_t w = (size_t)bp * (ks + vs) + (size_t)G * hd + (size_t)G * bp + G + (sg ? 64 * G : 64);
+    if (i8) w += (size_t)G * hd / 4 + 2 * (size_t)G * nb;
+    return 4 * w + 256; /* what a compiler may add in alignment */
+}
+
+kvq_vk_attn_dev kvq_vk_attn_dev_of(const kvq_bctx *b) {
+    return (kvq_vk_attn_dev){.software = b->software, .target_groups = (int)b->target_groups,
+                             .subgroup = b->caps.subgroup_arith, .int_dot = b->caps.int_dot,
+                             .storage16 = b->caps.storage16, .dec = b->caps.attn_dec,
+                             .shared_bytes = b->props.limits.maxComputeSharedMemorySize};
+}
+
+kvq_vk_attn_pipe kvq_vk_attn_pick(const kvq_vk_attn_dev *dev, const kvq_kv_desc *d, int n_rep, int n) {
+    kvq_vk_attn_pipe p = {0};
+    const int hd = d->head_dim;
+    if (n == 1 && dev->dec && hd <= DEC_HD_MAX) {
+        /* G heads in registers; one head: 64 rows a block (one invocation per row), else 32 (two) */
+        const int G = n_rep < DEC_G ? n_rep : DEC_G, i8 = dev->int_dot && is_q(d->type_k);
+        int bp = G == 1 ? 64 : 32;
+        while (bp > 8 && dec_shared(d, G, bp, i8, dev->subgroup) > dev->shared_bytes) bp /= 2;
+        if (dec_shared(d, G, bp, i8, dev->subgroup) <= dev->shared_bytes) {
+            p.name = dev->subgroup ? (i8 ? "attn_dec_sg_i8" : "attn_dec_sg") : (i8 ? "attn_dec_i8" : "attn_dec");
+            p.spec[0] = (uint32_t)hd, p.spec[1] = (uint32_t)G, p.spec[2] = (uint32_t)d->type_k;
+            p.spec[3] = (uint32_t)d->type_v, p.spec[4] = (uint32_t)bp;
+            p.n_spec = 5, p.dec = 1, p.int8 = i8, p.bp = bp;
+            return p;
+        }
+    }
+    /* attn_fused: _sg does the softmax max/sum with subgroupMax/subgroupAdd instead of R invocations
+     * scanning shared memory; _h reads f16 K/V as 16-bit values (only worth a pipeline for f16) */
+    const int R = attn_rows(n * n_rep, hd);
+    const int h16 = dev->storage16 && (d->type_k == KVQ_CACHE_F16 || d->type_v == KVQ_CACHE_F16);
+    p.name = dev->subgroup ? (h16 ? "attn_fused_sg_h" : "attn_fused_sg") : (h16 ? "attn_fused_h" : "attn_fused");
+    p.spec[0] = (uint32_t)hd, p.spec[1] = (uint32_t)R, p.spec[2] = (uint32_t)d->type_k, p.spec[3] = (uint32_t)d->type_v;
+    p.n_spec = 4, p.bp = attn_bp(R);
+    return p;
+}
+
+static int cdiv(long a, long b) { return (int)((a + b - 1) / b); }
+
+/* Splits: enough workgroups for the device (b->target_groups, from its compute units where
+ * known), each split at least min_blocks blocks, the partials within budget. attn_dec also
+ * splits a GQA group into tiles of fewer heads when a short context cannot give even half
+ * the workgroups wanted (each tile reads the group's K/V again, from cache at that size). */
+kvq_vk_attn_grid kvq_vk_attn_plan(const kvq_vk_attn_dev *dev, const kvq_kv_desc *d, const kvq_attn_desc *a,
+                                  int pos0, int n, size_t budget) {
+    kvq_vk_attn_grid g = {0};
+    const int n_rep = a->n_head / a->n_head_kv, hd = d->head_dim;
+    g.pipe = kvq_vk_attn_pick(dev, d, n_rep, n);
+    const int bp = g.pipe.bp;
+    const int lo = a->window > 0 && pos0 - a->window + 1 > 0 ? pos0 - a->window + 1 : 0;
+    const int nb = (pos0 + n - 1) / bp - lo / bp + 1;
+    const size_t split_bytes = (size_t)n * a->n_head * (size_t)(hd + 2) * sizeof(float);
+    const int target = dev->target_groups > 0 ? dev->target_groups : dev->software ? ATTN_TARGET_CPU : ATTN_TARGET_GPU;
+    int min_blocks = ATTN_MIN_BLOCKS;
+    if (g.pipe.dec) {
+        int tiles = cdiv(n_rep, (int)g.pipe.spec[1]);
+        if ((long)a->n_head_kv * tiles * nb < target / 2) {
+            const int want = cdiv(target, (long)a->n_head_kv * nb);
+            if (want > tiles) tiles = want < n_rep ? want : n_rep;
+        }
+        g.ng = cdiv(n_rep, tiles);
+        g.gx = cdiv(n_rep, g.ng);
+        min_blocks = 1;
+    } else {
+        g.gx = cdiv((long)n * n_rep, (int)g.pipe.spec[1]);
+    }
+    g.gy = a->n_head_kv;
+    int split = cdiv(target, (long)g.gx * g.gy), smax = cdiv(nb, min_blocks);
+    if ((size_t)smax > budget / split_bytes) smax = (int)(budget / split_bytes);
+    if (split > smax) split = smax;
+    if (split < 1) split = 1;
+    g.bps = cdiv(nb, split);
+    g.gz = cdiv(nb, g.bps);
+    return g;
+}
+
+/* Builds the pipelines this cache's kv_store and attention will use (names and spec constants from
+ * kvq_vk_attn_pick, as the dispatch takes them), so no token pays for a pipeline build. */
+static kvq_status kv_prepare(kvq_bctx *b, const kvq_kv_desc *d) {
+    const uint32_t hd = (uint32_t)d->head_dim;
+    int ok = vk_pipe_get(b, "kv_store", &hd, 1) && vk_pipe_get(b, "attn_merge", &hd, 1);
+    if (ok && d->n_head > 0 && d->n_head % d->n_head_kv == 0) {
+        const kvq_vk_attn_dev dev = kvq_vk_attn_dev_of(b);
+        /* n = 1: decode; then every prompt tile height attn_rows can give (16 rows at most) */
+        for (int n = 1; ok && n <= 16; n++) {
+            const kvq_vk_attn_pipe p = kvq_vk_attn_pick(&dev, d, d->n_head / d->n_head_kv, n);
+            ok = vk_pipe_get(b, p.name, p.spec, p.n_spec) != NULL;
+        }
+    }
+    if (ok) return KVQ_OK;
+    kvq_status s = kvq_fail(b->err ? b->err : KVQ_ERR_BACKEND, "%s", b->err_msg);
+    b->err = KVQ_OK; /* reported here, not again at the next submit */
+    return s;
+}
+
 /* Queries pos0..pos0+n-1, whose q rows start at float q_off of q and whose
  * output rows at the same offset of out; the split partials take at most
  * budget bytes of scratch (the caller sized n for it). */
 static void attn_chunk(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_attn_desc *a, const kvq_buf *q,
                        kvq_buf *out, int pos0, int n, size_t q_off, size_t budget) {
     const kvq_kv_desc *d = &kv->d;
-    const int hd = d->head_dim, n_rep = a->n_head / a->n_head_kv, rows = n * n_rep;
-    const int R = attn_rows(rows, hd), n_tiles = (rows + R - 1) / R;
-    const int lo = a->window > 0 && pos0 - a->window + 1 > 0 ? pos0 - a->window + 1 : 0;
-    const int bp = attn_bp(R), nb = (pos0 + n - 1) / bp - lo / bp + 1;
-    const size_t nr = (size_t)n * a->n_head, split_bytes = nr * (size_t)(hd + 2) * sizeof(float);
-    const int items = n_tiles * a->n_head_kv;
-    const int target = b->software ? ATTN_TARGET_CPU : ATTN_TARGET_GPU;
-    int split = (target + items - 1) / items, smax = (nb + ATTN_MIN_BLOCKS - 1) / ATTN_MIN_BLOCKS;
-    if ((size_t)smax > budget / split_bytes) smax = (int)(budget / split_bytes);
-    if (split > smax) split = smax;
-    if (split < 1) split = 1;
-    const int bps = (nb + split - 1) / split;
-    split = (nb + bps - 1) / bps;
-
-    const size_t acc_words = (size_t)split * nr * hd;
-    kvq_buf *part = vk_scratch(b, 0, (size_t)split * split_bytes);
+    const int hd = d->head_dim, n_rep = a->n_head / a->n_head_kv;
+    const kvq_vk_attn_dev dev = kvq_vk_attn_dev_of(b);
+    const kvq_vk_attn_grid g = kvq_vk_attn_plan(&dev, d, a, pos0, n, budget);
+    const size_t nr = (size_t)n * a->n_head, acc_words = (size_t)g.gz * nr * hd;
+    kvq_buf *part = vk_scratch(b, 0, (size_t)g.gz * nr * (size_t)(hd + 2) * sizeof(float));
     if (!part) return;
-    struct {
-        uint32_t n, pos0, n_ctx, n_head, n_rep, window, rot_k, kbase, vbase, krow, vrow, bps, ml_off, q_off;
-        float scale, hscale;
-    } pc = {(uint32_t)n, (uint32_t)pos0, (uint32_t)d->n_ctx, (uint32_t)a->n_head, (uint32_t)n_rep,
-            (uint32_t)(a->window > 0 ? a->window : 0), (uint32_t)!!d->rotate_k,
-            0, 0, (uint32_t)(kv->row[0] / 4), (uint32_t)(kv->row[1] / 4), (uint32_t)bps, (uint32_t)acc_words,
-            (uint32_t)q_off, a->scale, 1.0f / sqrtf((float)hd)};
-    const kvq_buf *kb = layer_buf(kv, 0, layer, &pc.kbase), *vb = layer_buf(kv, 1, layer, &pc.vbase);
-    const uint32_t spec[4] = {(uint32_t)hd, (uint32_t)R, (uint32_t)d->type_k, (uint32_t)d->type_v};
+    const kvq_buf *kb, *vb;
+    uint32_t kbase, vbase;
+    kb = layer_buf(kv, 0, layer, &kbase), vb = layer_buf(kv, 1, layer, &vbase);
+    const vk_pipe *p = vk_pipe_get(b, g.pipe.name, g.pipe.spec, g.pipe.n_spec);
     vk_bind bind[4] = {vk_whole(q), vk_whole(kb), vk_whole(vb), vk_whole(part)};
-    /* variants: _sg does the softmax max/sum with subgroupMax/subgroupAdd instead of R invocations
-     * scanning shared memory; _h reads f16 K/V as 16-bit values (only worth a pipeline for f16) */
-    const int h16 = b->caps.storage16 && (d->type_k == KVQ_CACHE_F16 || d->type_v == KVQ_CACHE_F16);
-    const char *name = b->caps.subgroup_arith ? (h16 ? "attn_fused_sg_h" : "attn_fused_sg")
-                                              : (h16 ? "attn_fused_h" : "attn_fused");
-    vk_dispatch(b, vk_pipe_get(b, name, spec, 4), bind, 4, &pc, sizeof pc, (uint32_t)n_tiles,
-                (uint32_t)a->n_head_kv, (uint32_t)split);
+    if (g.pipe.dec) {
+        struct {
+            uint32_t pos, lo, n_ctx, n_head, n_rep, ng, rot_k, kbase, vbase, krow, vrow, bps, ml_off, q_off;
+            float scale, hscale;
+        } pc = {(uint32_t)pos0, (uint32_t)(a->window > 0 && pos0 - a->window + 1 > 0 ? pos0 - a->window + 1 : 0),
+                (uint32_t)d->n_ctx, (uint32_t)a->n_head, (uint32_t)n_rep, (uint32_t)g.ng, (uint32_t)!!d->rotate_k,
+                kbase, vbase, (uint32_t)(kv->row[0] / 4), (uint32_t)(kv->row[1] / 4), (uint32_t)g.bps,
+                (uint32_t)acc_words, (uint32_t)q_off, a->scale, 1.0f / sqrtf((float)hd)};
+        vk_dispatch(b, p, bind, 4, &pc, sizeof pc, (uint32_t)g.gx, (uint32_t)g.gy, (uint32_t)g.gz);
+    } else {
+        struct {
+            uint32_t n, pos0, n_ctx, n_head, n_rep, window, rot_k, kbase, vbase, krow, vrow, bps, ml_off, q_off;
+            float scale, hscale;
+        } pc = {(uint32_t)n, (uint32_t)pos0, (uint32_t)d->n_ctx, (uint32_t)a->n_head, (uint32_t)n_rep,
+                (uint32_t)(a->window > 0 ? a->window : 0), (uint32_t)!!d->rotate_k, kbase, vbase,
+                (uint32_t)(kv->row[0] / 4), (uint32_t)(kv->row[1] / 4), (uint32_t)g.bps, (uint32_t)acc_words,
+                (uint32_t)q_off, a->scale, 1.0f / sqrtf((float)hd)};
+        vk_dispatch(b, p, bind, 4, &pc, sizeof pc, (uint32_t)g.gx, (uint32_t)g.gy, (uint32_t)g.gz);
+    }
 
     struct {
         uint32_t n_rows, n_split, n_head, rot_v, ml_off, o_off;
         float hscale;
-    } mc = {(uint32_t)nr, (uint32_t)split, (uint32_t)a->n_head, (uint32_t)!!d->rotate_v, (uint32_t)acc_words,
+    } mc = {(uint32_t)nr, (uint32_t)g.gz, (uint32_t)a->n_head, (uint32_t)!!d->rotate_v, (uint32_t)acc_words,
             (uint32_t)q_off, 1.0f / sqrtf((float)hd)};
+    const uint32_t mspec[1] = {(uint32_t)hd};
     vk_bind mb[2] = {vk_whole(part), vk_whole(out)};
-    vk_dispatch(b, vk_pipe_get(b, "attn_merge", spec, 1), mb, 2, &mc, sizeof mc, (uint32_t)a->n_head, (uint32_t)n, 1);
+    vk_dispatch(b, vk_pipe_get(b, "attn_merge", mspec, 1), mb, 2, &mc, sizeof mc, (uint32_t)a->n_head, (uint32_t)n, 1);
 }
 
 void kvq_vk_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_attn_desc *a, const kvq_buf *q,
