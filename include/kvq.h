@@ -162,7 +162,7 @@ typedef struct {
     uint64_t dispatches, barriers, submits; /* GPU commands recorded */
     int allocs;                             /* device memory allocations held */
     size_t host_fallback_bytes;             /* buffers in host memory because the device was full */
-    int pipelines;                          /* compute pipelines created so far (today at first use) */
+    int pipelines;                          /* compute pipelines created so far (at load and context creation) */
 } kvq_backend_stats;
 KVQ_API void kvq_model_backend_stats(const kvq_model *m, kvq_backend_stats *out);
 /* With KVQ_VK_PROFILE=1 in the environment at load (the GPU then runs one command at a time):
