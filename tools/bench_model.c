@@ -218,9 +218,11 @@ int kvq_bench_model(int argc, char **argv) {
     mp.plan_ctx = (int)(pp + tg);
     mp.plan_type_k = tk, mp.plan_type_v = tv;
     if (plan) return print_plan(dir, &mp);
+    /* the side runs below compare CPU kernels: not on a GPU backend */
+    int on_cpu = !(backend && strcmp(backend, "cpu") && strcmp(backend, "auto"));
     /* 1x16 synthetic: decode with aqlm_i8 too, for tg_i8_tps / tg_i8_speedup */
     double tg_i8 = -1, pp_side = 0, pp_exact = -1;
-    if (synth && !strncmp(scheme, "1x16", 4)) {
+    if (synth && on_cpu && !strncmp(scheme, "1x16", 4)) {
         kvq_model_params m8 = mp;
         m8.aqlm_i8 = 1;
         tg_i8 = side_run("aqlm_i8", dir, &m8, pp, tg, reps, tk, tv, &pp_side);
@@ -228,7 +230,7 @@ int kvq_bench_model(int argc, char **argv) {
     /* AQLM prompts: the exact paths too, for pp_exact_tps (the default's error: per-output bound in
      * cpu_i8tile.c, kvq-ppl --kl-exact on trained checkpoints; a random synthetic model's logits
      * move chaotically under any change, so they are not compared here) */
-    if (synth && !exact && !(backend && strcmp(backend, "cpu") && strcmp(backend, "auto"))) {
+    if (synth && !exact && on_cpu) {
         kvq_model_params mx = mp;
         mx.exact = 1;
         side_run("exact", dir, &mx, pp, 0, reps, tk, tv, &pp_exact);
@@ -339,13 +341,12 @@ int kvq_bench_model(int argc, char **argv) {
     double rss_ratio = rss / (ckpt_bytes + kv_bytes);
     printf("load %.2f s (%.2f s CPU); peak RSS %.2f GB = %.2fx (checkpoint tensors %.2f GB + KV cache %.2f GB)\n", t_load,
            cpu_load, rss / 1e9, rss_ratio, ckpt_bytes / 1e9, kv_bytes / 1e9);
-    if (synth)
+    if (synth) {
         printf("model synthetic=%s scheme=%s pp_tps=%.2f tg_tps=%.2f bound_tps=%.2f tg_bw_ratio=%.3f rss_ratio=%.3f%s", synth,
                scheme, (double)pp / best_pp, tg_tps, bound, bound > 0 ? tg_tps / bound : 0, rss_ratio,
                i8_fields(tg_i8, tg_tps));
-    if (synth && pp_exact > 0)
-        printf(" pp_exact_tps=%.2f pp_speedup=%.3f", pp_exact, (double)pp / best_pp / pp_exact);
-    else
+        if (pp_exact > 0) printf(" pp_exact_tps=%.2f pp_speedup=%.3f", pp_exact, (double)pp / best_pp / pp_exact);
+    } else
         printf("model pp=%ld tg=%ld pp_tps=%.1f tg_tps=%.1f tg_bw_ratio=%.2f sample_greedy_us=%.1f sample_default_us=%.1f "
            "sample_default_128k_us=%.1f", pp, tg, (double)pp / best_pp, tg_tps,
            bw > 0 ? tok_bytes * tg_tps / 1e9 / bw : 0, smp[0] * 1e6, smp[1] * 1e6, smp[3] * 1e6);
