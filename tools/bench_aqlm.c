@@ -227,9 +227,10 @@ int kvq_bench_aqlm(int argc, char **argv) {
     printf("threads %ld, isa %s%s%s\n", nt, kvq_isa_name(kvq_cpu_isa()), lut, g_cb8 ? ", 1x16 with int8 codebooks" : "");
     fflush(stdout);
 
-    /* Bandwidth before and after the GEMVs, best of both: on a shared machine
-     * one of them may land in someone else's busy second. Measured in pieces
-     * the size of the largest GEMV's codes, like the GEMVs themselves. */
+    /* Bandwidth before the GEMVs, after each shape and at the end; the ratios
+     * use the best sample (on a shared machine one may land in someone else's
+     * busy second) and the spread is printed. Measured in pieces the size of
+     * the largest GEMV's codes, like the GEMVs themselves. */
     double piece = 0;
     for (int s = 0; s < n_shapes; s++) {
         double b = (double)shapes[s][0] * shapes[s][1] / 4;
@@ -237,6 +238,8 @@ int kvq_bench_aqlm(int argc, char **argv) {
     }
     double bw = chunk_bw_gbs((int)nt, (size_t)piece), bw_pass = kvq_bench_mem_bw_gbs((int)nt);
     if (bw <= 0) return kvq_tool_die(PROG, "cannot allocate the bandwidth test buffer");
+    double bw_worst = bw;
+    int bw_n = 1;
     result r[4][3]; /* [shape][2x8, 1x16, 1x16 with int8 codewords] */
     for (int s = 0; s < n_shapes; s++) {
         if (bench_format(shapes[s][0], shapes[s][1], g_m8, 8, (size_t)mb << 20, (int)nt, &r[s][0])) return 1;
@@ -251,12 +254,18 @@ int kvq_bench_aqlm(int argc, char **argv) {
                 if (st) return 1;
                 if (round == 0 || t.ms < r[s][f].ms) r[s][f] = t;
             }
+        double b = chunk_bw_gbs((int)nt, (size_t)piece);
+        if (b > 0) {
+            bw = b > bw ? b : bw, bw_worst = b < bw_worst ? b : bw_worst;
+            bw_n++;
+        }
     }
-    double bw2 = chunk_bw_gbs((int)nt, (size_t)piece), bw_pass2 = kvq_bench_mem_bw_gbs((int)nt);
-    if (bw2 > bw) bw = bw2;
+    double bw_pass2 = kvq_bench_mem_bw_gbs((int)nt);
     if (bw_pass2 > bw_pass) bw_pass = bw_pass2;
     printf("memory bandwidth (streaming read): %.2f GB/s best %.1f MB piece, %.2f GB/s best whole 1 GiB pass\n", bw,
            piece / 1e6, bw_pass);
+    printf("bandwidth best_gbs=%.2f worst_gbs=%.2f spread=%.3f samples=%d (before, after each shape; ratios use the "
+           "best)\n", bw, bw_worst, (bw - bw_worst) / bw, bw_n);
 
     char m8name[16];
     snprintf(m8name, sizeof m8name, "%dx8", g_m8);
