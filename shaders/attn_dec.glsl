@@ -122,20 +122,7 @@ void main() {
         qs[x] = r < nh ? q[pc.q_off + (h0 + r) * HD + x % HD] * pc.scale : 0.0;
     }
     barrier();
-    if (pc.rot_k != 0u) {
-        for (uint len = 1u; len < HD; len <<= 1) {
-            for (uint k = tid; k < G * HD / 2u; k += WG) {
-                const uint r = k / (HD / 2u), kk = k % (HD / 2u);
-                const uint x = r * HD + (kk / len) * 2u * len + kk % len;
-                const float a = qs[x], b = qs[x + len];
-                qs[x] = a + b;
-                qs[x + len] = a - b;
-            }
-            barrier();
-        }
-        for (uint x = tid; x < G * HD; x += WG) qs[x] *= pc.hscale;
-        barrier();
-    }
+    if (pc.rot_k != 0u) KV_ROTATE_ROWS(qs, G, HD, tid, WG, pc.hscale)
 #ifdef ATTN_I8
     // q -> int8 per block of 32: d = max|q|/127, qi = round(q/d) (|q - d qi| <= d/2; vk_kv.c states the bound)
     if (TK >= T_Q8) {

@@ -86,20 +86,7 @@ void main() {
         qs[x] = v;
     }
     barrier();
-    if (pc.rot_k != 0u) {
-        for (uint len = 1u; len < HD; len <<= 1) {
-            for (uint k = tid; k < R * HD / 2u; k += 64u) {
-                const uint r = k / (HD / 2u), kk = k % (HD / 2u);
-                const uint x = r * HD + (kk / len) * 2u * len + kk % len;
-                const float a = qs[x], b = qs[x + len];
-                qs[x] = a + b;
-                qs[x + len] = a - b;
-            }
-            barrier();
-        }
-        for (uint x = tid; x < R * HD; x += 64u) qs[x] *= pc.hscale;
-        barrier();
-    }
+    if (pc.rot_k != 0u) KV_ROTATE_ROWS(qs, R, HD, tid, 64u, pc.hscale)
 
     // positions this workgroup covers: its rows' union, cut to its split
     const uint i_first = r0 / pc.n_rep, i_last = (r0 + nr - 1u) / pc.n_rep;

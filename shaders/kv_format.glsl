@@ -17,6 +17,25 @@ const uint Q8_BYTES = 34u, Q4_BYTES = 18u;               // bytes per block
 #define KV_W4(buf, byte) \
     (((byte) & 2u) == 0u ? (buf)[(byte) >> 2] : (((buf)[(byte) >> 2] >> 16) | ((buf)[((byte) >> 2) + 1u] << 16)))
 
+// Rotated K cache (Walsh-Hadamard per head, src/kv_format.h): the query rows in
+// shared memory get the same rotation and scale, in place. ROWS rows of HD
+// values in the shared array S, invocation TID of WG; ends with a barrier.
+#define KV_ROTATE_ROWS(S, ROWS, HD, TID, WG, HSCALE)                              \
+    {                                                                             \
+        for (uint len_ = 1u; len_ < (HD); len_ <<= 1) {                           \
+            for (uint k_ = (TID); k_ < (ROWS) * (HD) / 2u; k_ += (WG)) {          \
+                const uint r_ = k_ / ((HD) / 2u), kk_ = k_ % ((HD) / 2u);         \
+                const uint x_ = r_ * (HD) + (kk_ / len_) * 2u * len_ + kk_ % len_; \
+                const float a_ = S[x_], b_ = S[x_ + len_];                        \
+                S[x_] = a_ + b_;                                                  \
+                S[x_ + len_] = a_ - b_;                                           \
+            }                                                                     \
+            barrier();                                                            \
+        }                                                                         \
+        for (uint x_ = (TID); x_ < (ROWS) * (HD); x_ += (WG)) S[x_] *= (HSCALE);  \
+        barrier();                                                                \
+    }
+
 // f32 -> fp16 bits, round to nearest even: the same steps as kvq_f32_to_f16 (src/util.c).
 uint kv_f32_to_f16(float f) {
     uint u = floatBitsToUint(f);
