@@ -138,6 +138,13 @@ static void cpu_weight_free(kvq_bctx *b, kvq_wt *w) {
 static size_t cpu_weight_bytes(kvq_bctx *b, const kvq_wt *w) { return kvq_cpu_weight_bytes(w->w); }
 
 static kvq_kvbuf *cpu_kv_new(kvq_bctx *b, const kvq_kv_desc *d) {
+    /* The attention kernels work in 32-value blocks for every cache type: a
+     * head_dim with a tail (e.g. 80) would lose it, or overrun the scratch. */
+    if (d->head_dim % 32) {
+        kvq_fail(KVQ_ERR_UNSUPPORTED, "cpu backend: attention needs head_dim to be a multiple of 32 (model has %d)",
+                 d->head_dim);
+        return NULL;
+    }
     kvq_kvbuf *kv = calloc(1, sizeof *kv);
     if (!kv) goto oom;
     kv->d = *d;
