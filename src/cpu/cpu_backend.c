@@ -44,6 +44,7 @@ struct kvq_wt {
 
 struct kvq_kvbuf {
     kvq_kv_desc d;
+    int hd_row; /* values per stored row: head_dim rounded up to whole 32-value blocks */
     size_t row_k, row_v;
     uint8_t *k, *v; /* [layer][kv head][n_ctx] rows */
 };
@@ -137,19 +138,24 @@ static void cpu_weight_free(kvq_bctx *b, kvq_wt *w) {
 
 static size_t cpu_weight_bytes(kvq_bctx *b, const kvq_wt *w) { return kvq_cpu_weight_bytes(w->w); }
 
+/* The attention kernels take rows in whole blocks of 32 values. A head_dim with a
+ * tail (80: Phi-2; only f32/f16 caches, the context refuses q8/q4 there) is stored
+ * zero-padded to the next block, and queries are padded the same way: the zeros
+ * add nothing to q·k, and the padded lanes of the output are dropped. */
+static int cpu_kv_row_values(int head_dim) { return (head_dim + KVQ_QK - 1) / KVQ_QK * KVQ_QK; }
+
 static kvq_kvbuf *cpu_kv_new(kvq_bctx *b, const kvq_kv_desc *d) {
-    /* The attention kernels work in 32-value blocks for every cache type: a
-     * head_dim with a tail (e.g. 80) would lose it, or overrun the scratch. */
-    if (d->head_dim % 32) {
-        kvq_fail(KVQ_ERR_UNSUPPORTED, "cpu backend: attention needs head_dim to be a multiple of 32 (model has %d)",
-                 d->head_dim);
+    if (d->head_dim % KVQ_QK && (d->type_k >= KVQ_CACHE_Q8 || d->type_v >= KVQ_CACHE_Q8)) {
+        kvq_fail(KVQ_ERR_UNSUPPORTED, "cpu backend: a q8/q4 KV cache needs head_dim to be a multiple of %d (model has %d)",
+                 KVQ_QK, d->head_dim);
         return NULL;
     }
     kvq_kvbuf *kv = calloc(1, sizeof *kv);
     if (!kv) goto oom;
     kv->d = *d;
-    kv->row_k = kvq_kv_row_bytes(d->type_k, d->head_dim);
-    kv->row_v = kvq_kv_row_bytes(d->type_v, d->head_dim);
+    kv->hd_row = cpu_kv_row_values(d->head_dim);
+    kv->row_k = kvq_kv_row_bytes(d->type_k, kv->hd_row);
+    kv->row_v = kvq_kv_row_bytes(d->type_v, kv->hd_row);
     size_t rows, bk, bv;
     if (!kvq_mul_ok((size_t)d->n_layer * d->n_head_kv, (size_t)d->n_ctx, &rows) || !kvq_mul_ok(rows, kv->row_k, &bk) ||
         !kvq_mul_ok(rows, kv->row_v, &bv))
@@ -169,7 +175,8 @@ oom:
 }
 
 static size_t cpu_kv_bytes(kvq_bctx *b, const kvq_kv_desc *d, int positions) {
-    size_t row = kvq_kv_row_bytes(d->type_k, d->head_dim) + kvq_kv_row_bytes(d->type_v, d->head_dim);
+    const int hd = cpu_kv_row_values(d->head_dim);
+    size_t row = kvq_kv_row_bytes(d->type_k, hd) + kvq_kv_row_bytes(d->type_v, hd);
     return (size_t)d->n_layer * d->n_head_kv * (size_t)positions * row;
 }
 
@@ -322,19 +329,44 @@ static void cpu_add_weighted(kvq_bctx *b, kvq_buf *acc, const kvq_buf *src, cons
         }
 }
 
+/* Rows of n tokens × heads at head_dim hd, copied to width hd_row with zeros after
+ * each (see cpu_kv_row_values); NULL when out of memory. */
+static float *pad_rows(const float *x, size_t rows, int hd, int hd_row) {
+    float *p = malloc(rows * (size_t)hd_row * sizeof *p);
+    if (!p) return NULL;
+    for (size_t r = 0; r < rows; r++) {
+        memcpy(p + r * hd_row, x + r * hd, (size_t)hd * sizeof *p);
+        memset(p + r * hd_row + hd, 0, (size_t)(hd_row - hd) * sizeof *p);
+    }
+    return p;
+}
+
 static void cpu_kv_store(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, const kvq_buf *v, int pos0, int n) {
     const kvq_kv_desc *d = &kv->d;
     size_t layer_rows = (size_t)d->n_head_kv * d->n_ctx;
-    int hd = d->head_dim, nh = d->n_head_kv;
+    const int hd = kv->hd_row, nh = d->n_head_kv;
+    const float *kd = k->data, *vd = v->data;
+    float *kp = NULL, *vp = NULL;
+    if (hd != d->head_dim) {
+        kd = kp = pad_rows(k->data, (size_t)n * nh, d->head_dim, hd);
+        vd = vp = pad_rows(v->data, (size_t)n * nh, d->head_dim, hd);
+        if (!kp || !vp) {
+            cpu_error(b, KVQ_ERR_NOMEM, "cpu backend: out of memory padding %d KV rows", n * nh);
+            goto done;
+        }
+    }
 #pragma omp parallel for collapse(2) num_threads(b->n_threads) if (n > 1)
     for (int t = 0; t < n; t++) {
         for (int h = 0; h < nh; h++) {
             size_t row = (size_t)layer * layer_rows + (size_t)h * d->n_ctx + (size_t)(pos0 + t);
-            const float *ks = k->data + ((size_t)t * nh + h) * hd, *vs = v->data + ((size_t)t * nh + h) * hd;
+            const float *ks = kd + ((size_t)t * nh + h) * hd, *vs = vd + ((size_t)t * nh + h) * hd;
             kvq_cpu_kv_store_row(d->type_k, d->rotate_k, ks, kv->k + row * kv->row_k, hd);
             kvq_cpu_kv_store_row(d->type_v, d->rotate_v, vs, kv->v + row * kv->row_v, hd);
         }
     }
+done:
+    free(kp);
+    free(vp);
 }
 
 static void cpu_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_attn_desc *a, const kvq_buf *q,
@@ -351,8 +383,28 @@ static void cpu_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq
         .v = kv->v + (size_t)layer * layer_rows * kv->row_v,
         .n_ctx = d->n_ctx,
     };
-    if (kvq_cpu_attention(&args, q->data, out->data, pos0, n, b->n_threads) != 0)
+    const size_t rows = (size_t)n * a->n_head;
+    const float *qd = q->data;
+    float *od = out->data, *qp = NULL, *op = NULL;
+    if (kv->hd_row != a->head_dim) {
+        args.a.head_dim = kv->hd_row;
+        qd = qp = pad_rows(q->data, rows, a->head_dim, kv->hd_row);
+        od = op = malloc(rows * kv->hd_row * sizeof *op);
+        if (!qp || !op) {
+            cpu_error(b, KVQ_ERR_NOMEM, "cpu backend: out of memory padding %zu query rows", rows);
+            goto done;
+        }
+    }
+    const int rc = kvq_cpu_attention(&args, qd, od, pos0, n, b->n_threads);
+    if (rc == -2)
+        cpu_error(b, KVQ_ERR_UNSUPPORTED, "cpu backend: attention rows of %d values are not whole blocks", args.a.head_dim);
+    else if (rc != 0)
         cpu_error(b, KVQ_ERR_NOMEM, "cpu backend: out of memory for attention scratch");
+    else if (op)
+        for (size_t r = 0; r < rows; r++) memcpy(out->data + r * a->head_dim, op + r * kv->hd_row, (size_t)a->head_dim * sizeof *op);
+done:
+    free(qp);
+    free(op);
 }
 
 static double cpu_bandwidth(kvq_bctx *b) { return kvq_cpu_read_bw_gbs((size_t)256 << 20, b->n_threads, 3); }

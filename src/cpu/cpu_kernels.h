@@ -52,7 +52,9 @@ typedef struct {
 } kvq_cpu_attn_args;
 
 /* Fused attention straight from the stored cache (see kvq_ref_attention for the spec).
- * Returns 0, or -1 when scratch memory could not be allocated (output then incomplete). */
+ * Rows are whole 32-value blocks (head_dim a multiple of 32: cpu_backend.c pads others).
+ * Returns 0, -1 when scratch memory could not be allocated (output then incomplete),
+ * or -2 for a head_dim that is not a multiple of 32. */
 int kvq_cpu_attention(const kvq_cpu_attn_args *args, const float *q, float *out, int pos0, int n, int n_threads);
 
 #endif

@@ -226,6 +226,7 @@ static void scratch_free(scratch *sc) {
 
 int kvq_cpu_attention(const kvq_cpu_attn_args *args, const float *q, float *out, int pos0, int n, int n_threads) {
     const kvq_attn_desc *a = &args->a;
+    if (a->head_dim % KVQ_QK) return -2; /* the kernels would drop the tail or overrun their scratch */
     if (n <= 0) return 0;
     int failed = 0;
     plan p = {.args = args, .q = q, .out = out, .pos0 = pos0, .n = n};
