@@ -1,5 +1,6 @@
 #!/bin/sh
-# Seed corpora for the fuzz targets, made from the demo model and ../shared fixtures.
+# Seed corpora for the fuzz targets, made from the demo model and tests/data, plus
+# ../shared fixtures when that directory exists (every target gets seeds without it).
 # usage: fuzz/make_seeds.sh OUTDIR SHARED_DIR [TARGET...]   (default: all targets)
 # Writes OUTDIR/<target>/*. Needs jq and perl; exits 77 (skip) without them.
 set -eu
@@ -84,7 +85,14 @@ for t in $targets; do
         if [ -f "$fx/text/brown-valid.txt" ]; then
             perl -e 'binmode STDIN; local $/; $t = <STDIN>; for $i (0 .. 15) { open O, ">", "$ARGV[0]/brown$i" or die;
                      binmode O; print O chr(($i % 4) * 2), substr($t, $i * 997, 300 + 40 * $i); close O }' "$d" <"$fx/text/brown-valid.txt"
-        fi ;;
+        fi
+        # from the repository alone: the chat-template conversations' texts (Unicode, markup, newlines)
+        # and the demo tokenizer's own added tokens, with every selector byte
+        jq -j '.. | .content? // empty | strings | . + "\u0000"' "$src/tests/data/chat_templates/conversations.json" |
+            perl -e 'binmode STDOUT; $/ = "\0"; $i = 0; while (<STDIN>) { chomp; $i++;
+                     open O, ">", "$ARGV[0]/conv_$i" or die; binmode O; print O chr($i % 8), $_; close O }' "$d"
+        jq -j '[.added_tokens[]?.content] | join(" x ")' "$src/models/demo/tokenizer.json" |
+            perl -e 'binmode STDIN; local $/; $t = <STDIN>; open O, ">", "$ARGV[0]/added" or die; binmode O; print O chr(1), $t, " The jury said"; close O' "$d" ;;
     decode)
         sel=0
         for k in $toks; do
@@ -96,15 +104,24 @@ for t in $targets; do
             fi
             sel=$((sel + 1))
         done
-        perl -e 'binmode STDOUT; print chr(0), pack("l<*", -1, 0, 1, 2, 3, 2147483647, -2147483648, 31999, 32000, 128000, 128255)' >"$d/edge" ;;
+        perl -e 'binmode STDOUT; print chr(0), pack("l<*", -1, 0, 1, 2, 3, 2147483647, -2147483648, 31999, 32000, 128000, 128255)' >"$d/edge"
+        # id runs valid in any vocabulary of >= 512 tokens (the demo's included), with and without specials
+        perl -e 'binmode STDOUT; for $s (0 .. 7) { open O, ">", "$ARGV[0]/run$s" or die; binmode O;
+                 print O chr($s), pack("l<*", map { ($_ * 37 + $s * 61) % 512 } 0 .. 63 + 32 * $s); close O }' "$d" ;;
     chat_template)
         # byte 0: family * 2 + generation prompt; messages: role byte (mod 4: 0 system, 1 user, 2 assistant) + text, NUL-separated
         for f in 0 1 2 3 4 5 6 7; do
             printf "\\$(printf '%03o' $((f * 2 + 1)))\004You are terse.\000\001Hello there\000\002Hi! How can I help?\000\001Tell me a joke" >"$d/conv$f"
             printf "\\$(printf '%03o' $((f * 2)))\001Only one user turn" >"$d/one$f"
         done
-        [ -f "$fx/tokenizers/llama3/tokenizer_config.json" ] &&
-            jq -j '.chat_template' "$fx/tokenizers/llama3/tokenizer_config.json" >"$d/llama3_template" ;;
+        if [ -f "$fx/tokenizers/llama3/tokenizer_config.json" ]; then
+            jq -j '.chat_template' "$fx/tokenizers/llama3/tokenizer_config.json" >"$d/llama3_template"
+        fi
+        # the published templates kept in the repository (detect + render from their text)
+        for c in "$src"/tests/data/chat_templates/*/tokenizer_config.json; do
+            i=$((i + 1))
+            jq -j '.chat_template | if type == "array" then .[0].template else . end' "$c" >"$d/template$i"
+        done ;;
     server_request)
         # byte 0: route (0 chat, 1 completions, 2 tokenize, 3 detokenize); the rest is the JSON body
         printf '\000%s' '{"model":"demo","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]}],"max_tokens":16,"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":42,"stop":["\n","END"],"stream":true,"stream_options":{"include_usage":true},"presence_penalty":0.5,"frequency_penalty":-0.5,"n":1}' >"$d/chat"
