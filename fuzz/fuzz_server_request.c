@@ -1,4 +1,4 @@
-/* Fuzz target: kvq-server's request parser (tools/server_request.c) on arbitrary
+/* Fuzz target: kvq-server's request parser (tools/server/server_request.c) on arbitrary
  * bodies. Byte 0 picks the route (mod 4: chat completions, completions, tokenize,
  * detokenize); the rest is the body. Every failure must be a 4xx with a message,
  * every success must hold only what the parser promises. */

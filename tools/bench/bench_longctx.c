@@ -206,7 +206,7 @@ int kvq_bench_longctx(int argc, char **argv) {
             printf("usage: kvq-bench longctx-model --out DIR [--tokens N] [--layers L] [--seed S]\n"
                    "  writes DIR/{config.json, model.safetensors, tokenizer files} (a random fp16 model with\n"
                    "  Llama-3-8B's head shape and RoPE whose attention is peaked and position-dependent; see\n"
-                   "  tools/bench_longctx.c) and DIR/stream.ids (N token ids, default 32768), for\n"
+                   "  tools/bench/bench_longctx.c) and DIR/stream.ids (N token ids, default 32768), for\n"
                    "  kvq-ppl -m DIR --ids DIR/stream.ids -c N --kl-base f16 -ctk q4 -ctv q4 --kl-at 1024,8192,32768\n");
             return 0;
         }

@@ -1,4 +1,4 @@
-/* Pieces shared by the kvq-bench subcommands (tools/bench_*.c). */
+/* Pieces shared by the kvq-bench subcommands (tools/bench/bench_*.c). */
 #ifndef KVQ_BENCH_COMMON_H
 #define KVQ_BENCH_COMMON_H
 

@@ -1,5 +1,5 @@
 /* kvq-bench: micro-benchmarks of the CPU kernels against this machine's
- * memory bandwidth. Each subcommand lives in tools/bench_<name>.c. */
+ * memory bandwidth. Each subcommand lives in tools/bench/bench_<name>.c. */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,10 +15,10 @@ static const struct {
     const char *name, *help;
     int (*run)(int argc, char **argv);
 } CMDS[] = {
-    {"attn", "decode attention from f16/q8/q4 KV caches (tools/bench_attn.c)", kvq_bench_attn},
-    {"aqlm", "AQLM decode GEMV (tools/bench_aqlm.c)", kvq_bench_aqlm},
-    {"model", "whole-model prompt and decode speed (tools/bench_model.c)", kvq_bench_model},
-    {"longctx-model", "writes a random long-context model and token stream for kvq-ppl's KL check (tools/bench_longctx.c)",
+    {"attn", "decode attention from f16/q8/q4 KV caches (tools/bench/bench_attn.c)", kvq_bench_attn},
+    {"aqlm", "AQLM decode GEMV (tools/bench/bench_aqlm.c)", kvq_bench_aqlm},
+    {"model", "whole-model prompt and decode speed (tools/bench/bench_model.c)", kvq_bench_model},
+    {"longctx-model", "writes a random long-context model and token stream for kvq-ppl's KL check (tools/bench/bench_longctx.c)",
      kvq_bench_longctx},
 };
 
@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) return usage(stdout);
-    if (!strcmp(argv[1], "aqlm")) /* `aqlm --backend vulkan`: tools/bench_vk_aqlm.c */
+    if (!strcmp(argv[1], "aqlm")) /* `aqlm --backend vulkan`: tools/bench/bench_vk_aqlm.c */
         for (int i = 2; i + 1 < argc; i++)
             if (!strcmp(argv[i], "--backend") && !strcmp(argv[i + 1], "vulkan")) return kvq_bench_vk_aqlm(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof CMDS / sizeof CMDS[0]; i++)
