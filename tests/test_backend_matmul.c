@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/cpu_matmul.h"
 #include "ref/ref.h"
 #include "testutil.h"
 #include "util.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "cpu/cpu_attn_impl.h"
+#include "cpu/attn/attn_kernels.h"
 #include "cpu/cpu_kernels.h"
 #include "ref/ref.h"
 #include "testutil.h"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/cpu_matmul.h"
 #include "kvq.h"
 #include "testutil.h"
 

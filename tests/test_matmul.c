@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cpu/cpu_kernels.h"
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/cpu_matmul.h"
 #include "ref/ref.h"
 #include "util.h"
 
@@ -515,7 +515,7 @@ static void test_lut8(void **state) {
 }
 
 /* The opt-in int8 codewords (desc i8, one codebook of 9..16-bit codes;
- * cpu_aqlm_i8.c): every path within KVQ_I8_REL_L2 of the fp16 weights and
+ * aqlm/aqlm_i8.c): every path within KVQ_I8_REL_L2 of the fp16 weights and
  * above int8's floor (the int8 path is really in use), every output within
  * the stated bound |r_o| sum_g (s_c/2 |x_g|_1 + |q_c s_c|_1 d_b/2), computed
  * here from the fp16 codebook (s_c = max|v| of codeword c's class / 127: the
@@ -639,7 +639,7 @@ static void test_i8(void **state) {
     wdesc_free(&w);
 }
 
-/* Int8 tiles for batches (cpu_i8tile.c; AQLM weights without exact, 32
+/* Int8 tiles for batches (i8tile/i8tile.c; AQLM weights without exact, 32
  * tokens and more): every SIMD panel kernel bit-identical to the scalar spec
  * on the same decoded rows, and through kvq_cpu_matmul on every ISA path,
  * every output within the stated bound

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/cpu_matmul.h"
 #include "kvq.h"
 #include "testutil.h"
 

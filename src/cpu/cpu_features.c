@@ -5,6 +5,13 @@
 
 #include "cpu/cpu_kernels.h"
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#endif
+
 static int g_isa = -1;
 
 #if defined(__x86_64__)
@@ -87,3 +94,20 @@ kvq_isa kvq_cpu_set_isa(kvq_isa isa) {
     if (kvq_cpu_isa_available(isa)) __atomic_store_n(&g_isa, (int)isa, __ATOMIC_RELEASE);
     return prev;
 }
+
+/* Extensions the int8 kernels need beyond their ISA level, probed once. */
+#if defined(__x86_64__)
+int kvq_cpu_has_vnni(void) {
+    static int vnni = -1;
+    int v = __atomic_load_n(&vnni, __ATOMIC_ACQUIRE);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512vnni") != 0;
+        __atomic_store_n(&vnni, v, __ATOMIC_RELEASE);
+    }
+    return v;
+}
+#endif
+#if defined(__aarch64__)
+int kvq_cpu_has_dotprod(void) { return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0; }
+#endif

@@ -21,12 +21,20 @@ kvq_isa kvq_cpu_set_isa(kvq_isa isa);
 int kvq_cpu_isa_available(kvq_isa isa);
 /* 1 on AMD (and Hygon) x86 CPUs, whose vpgatherdd is microcoded (slow). */
 int kvq_cpu_slow_gathers(void);
+#if defined(__x86_64__)
+/* AVX-512 VNNI (vpdpbusd), for the int8 kernels. */
+int kvq_cpu_has_vnni(void);
+#endif
+#if defined(__aarch64__)
+/* The dot-product extension (sdot), for the int8 kernels. */
+int kvq_cpu_has_dotprod(void);
+#endif
 
 /* ---- cpu_bandwidth.c ---- */
 /* Read bandwidth of `bytes` (more than the last-level cache) with n_threads, best of reps, in GB/s; < 0 without memory. */
 double kvq_cpu_read_bw_gbs(size_t bytes, int n_threads, int reps);
 
-/* ---- cpu_matmul.c / cpu_aqlm*.c: weights in CPU layout ---- */
+/* ---- cpu_matmul.c / aqlm/aqlm*.c: weights in CPU layout ---- */
 typedef struct kvq_cpu_weight kvq_cpu_weight;
 /* Copies/repacks a checkpoint weight (dense F32/F16/BF16 or AQLM). NULL + kvq_fail on error. */
 kvq_cpu_weight *kvq_cpu_weight_new(const kvq_weight_desc *d);

@@ -5,7 +5,7 @@
  * for its queries, so each K/V row is streamed from memory once per group; it
  * walks its positions in blocks of KVQ_ATTN_BP with an online softmax (running
  * max m, sum l, unnormalised output acc per query row), calling the per-ISA
- * kernels (cpu_attn_impl.h) for q·k, exp and V accumulation. When there are
+ * kernels (attn/attn_kernels.h) for q·k, exp and V accumulation. When there are
  * too few (head, tile) items to keep every thread busy — long contexts with
  * few KV heads — the positions are split into chunks (split-K) whose partial
  * (m, l, acc) are merged afterwards. Rotation: q is rotated once per item
@@ -17,7 +17,7 @@
 #include <omp.h>
 #endif
 
-#include "cpu/cpu_attn_impl.h"
+#include "cpu/attn/attn_kernels.h"
 #include "cpu/cpu_kernels.h"
 #include "ref/ref.h"
 #include "util.h"

@@ -1,14 +1,14 @@
-/* CPU weights and matmul dispatch: upload of dense weights, the scalar dense
- * kernels, the choice of kernel family per (weight kind, batch size, ISA) and
- * the OpenMP threading around them. Kernels themselves only see row ranges.
+/* CPU weights and matmul dispatch: upload of dense weights, the choice of kernel family per (weight kind, batch size, ISA) and
+ * the OpenMP threading around them. Kernels (aqlm/, dense/, i8tile/) only see
+ * row ranges and never call back up here.
  *
  * Paths:
  *  - dense, n < KVQ_GEMV_MAX_N: GEMV straight from the stored F32/F16/BF16
  *    (halves stay 2 bytes/value and are widened in registers, so decode reads
  *    half the bytes), up to KVQ_GEMV_MAX_T tokens per pass over the weight;
- *  - AQLM nbits == 8, n < KVQ_LUT_MAX_N: per-token lookup tables (cpu_aqlm.c);
+ *  - AQLM nbits == 8, n < KVQ_LUT_MAX_N: per-token lookup tables (aqlm/);
  *  - AQLM nbits > 8, n < KVQ_GEMV_MAX_N: codeword gather + FMA, like dense;
- *  - AQLM with int8 codewords (opt-in, desc i8), any n: integer dot products (cpu_aqlm_i8.c);
+ *  - AQLM with int8 codewords (opt-in, desc i8), any n: integer dot products (aqlm/aqlm_i8*.c);
  *  - everything else (batched): rows are widened/dequantized a tile at a time
  *    into a per-thread f32 buffer, and the tile is multiplied with all n tokens. */
 #include <limits.h>
@@ -17,8 +17,65 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/cpu_matmul.h"
 #include "util.h"
+
+/* A kernel set for one ISA. All ranges are half-open; y/out are indexed from
+ * the range start unless noted. */
+typedef struct {
+    /* Dense, n <= KVQ_GEMV_MAX_T tokens: y[t*rows + r] = W[r]·x[t*cols ..] for r in [r0, r1). */
+    void (*dense_gemv)(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
+    /* Dense rows [r0, r1) as f32 into out[(r-r0)*cols]. */
+    void (*dense_rows)(const kvq_cpu_weight *w, int r0, int r1, float *out);
+    /* y[t*ldy + i] = W[i*ldw ..]·x[t*cols ..] for i < nr, t < n (f32 tile times tokens). */
+    void (*gemm)(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy);
+    /* LUT build for groups [g0, g1): table s = g*M + m (1 KB each, at lut +
+     * (s - g0*M)*256: lut holds these groups only) is cb[m][c]·x[g*ig ..] for
+     * c < 256, as f32 [256] (or byte planes, VBMI). */
+    void (*lut_build)(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
+    /* acc[o - r0] += sum_{s in [s0, s1)} table_s[code(o, s)] for o in [r0, r1),
+     * without the row scales; table s at lut + (s - s0)*256, as lut_build left
+     * it for groups from s0/M (s0 even; r0, r1 multiples of KVQ_AQLM_RB or
+     * r1 == rows_pad; acc 64-byte aligned). */
+    void (*lut_gemv)(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1);
+    /* Codeword gather for nbits > 8, same contract as dense_gemv: each codeword
+     * fetched once serves all n tokens. */
+    void (*gather_gemv)(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
+    /* AQLM rows [r0, r1) dequantized (scale applied) into out[(r-r0)*cols]. */
+    void (*aqlm_rows)(const kvq_cpu_weight *w, int r0, int r1, float *out);
+    /* Optional int16-table LUT path (NULL: f32 tables). Tables are indexed
+     * from the first step given (s0 = g0*M, always even). lutq_build: f32
+     * tables of groups [g0, g1) as lut_build (plain f32 [256] layout), returns
+     * their max |value|; lutq_pack: those tables as q = round(T * inv_scale)
+     * int16 tables (512 bytes per step; steps s0+2i, s0+2i+1 adjacent at
+     * qlut + i * pair_stride, 1024 for one token); lutq_gemv: lut_gemv on one
+     * token's int16 tables of steps [s0, s1) (pair_stride 1024):
+     * out[o - r0] += scale * sum_s q_s[code(o, s)], the sums exact in acc
+     * (r1 - r0 int32 of scratch). */
+    float (*lutq_build)(const kvq_cpu_weight *w, const float *x, float *lut, int g0, int g1);
+    void (*lutq_pack)(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride, int g0,
+                      int g1);
+    void (*lutq_gemv)(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, int32_t *acc, float *out,
+                      int r0, int r1);
+    /* lutq_gemv for nt <= KVQ_LUTQ_MAX_T tokens in one pass over the codes: token t's
+     * tables packed at qluts + t*1024 with pair_stride nt*1024, scale scales[t],
+     * its outputs at y + t*ldy. */
+    void (*lutq_gemm)(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
+                      float *y, size_t ldy, int r0, int r1);
+    /* Optional int8 tables for weights with lut8 (NULL: int16). lut8_pack: the
+     * f32 tables of groups [g0, g1) (from lutq_build) as q + 128 bytes, q =
+     * round(T * inv_scale), 256 bytes per step, steps s0+2i, s0+2i+1 adjacent
+     * at qlut + i * pair_stride (512 for one token); lut8_gemv / lut8_gemm:
+     * lutq_gemv / lutq_gemm on them (lut8_gemv: at most 256 steps, its sums
+     * in the first 2*(r1 - r0) bytes of acc). Same signatures as the int16
+     * ones, so a caller picks one pair and runs it. */
+    void (*lut8_pack)(const kvq_cpu_weight *w, const float *lut, float inv_scale, void *qlut, size_t pair_stride,
+                      int g0, int g1);
+    void (*lut8_gemv)(const kvq_cpu_weight *w, const void *qlut, int s0, int s1, float scale, int32_t *acc, float *out,
+                      int r0, int r1);
+    void (*lut8_gemm)(const kvq_cpu_weight *w, const void *qluts, size_t pair_stride, const float *scales, int nt,
+                      float *y, size_t ldy, int r0, int r1);
+} kvq_mm_kernels;
 
 #if defined(KVQ_HAVE_BLAS)
 #include <cblas.h>
@@ -202,12 +259,6 @@ static const kvq_mm_kernels *kernels(void) {
 
 static size_t elem_size(kvq_wformat f) { return f == KVQ_W_F32 ? 4 : 2; }
 
-static float dense_at(kvq_wformat f, const void *p, size_t i) {
-    if (f == KVQ_W_F32) return kvq_rd_f32(p, i);
-    uint16_t h = kvq_rd_u16(p, i);
-    return f == KVQ_W_F16 ? kvq_f16_to_f32(h) : kvq_bf16_to_f32(h);
-}
-
 static int is_dense(kvq_wformat f) { return f == KVQ_W_F32 || f == KVQ_W_F16 || f == KVQ_W_BF16; }
 
 void kvq_cpu_weight_free(kvq_cpu_weight *w) {
@@ -294,7 +345,7 @@ kvq_cpu_weight *kvq_cpu_weight_new(const kvq_weight_desc *d) {
             kvq_fail(KVQ_ERR_NOMEM, "%s: cannot allocate bias", nm);
             goto fail;
         }
-        for (int o = 0; o < d->rows; o++) w->bias[o] = dense_at(d->bias_fmt, d->bias, (size_t)o);
+        for (int o = 0; o < d->rows; o++) w->bias[o] = kvq_dense_at(d->bias_fmt, d->bias, (size_t)o);
         w->bytes += (size_t)d->rows * sizeof(float);
     }
     return w;
@@ -313,42 +364,6 @@ void kvq_cpu_weight_row(const kvq_cpu_weight *w, int row, float *out) {
         kvq_dense_rows_scalar(w, row, row + 1, out);
     else
         kvq_aqlm_rows_scalar(w, row, row + 1, out);
-}
-
-/* ---- scalar dense kernels ---- */
-
-void kvq_dense_gemv_scalar(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1) {
-    size_t cols = (size_t)w->cols, rows = (size_t)w->rows;
-    for (int o = r0; o < r1; o++) {
-        size_t base = (size_t)o * cols;
-        float acc[KVQ_GEMV_MAX_T] = {0};
-        for (size_t k = 0; k < cols; k++) {
-            float v = dense_at(w->fmt, w->data, base + k);
-            for (int t = 0; t < n; t++) acc[t] += v * x[t * cols + k];
-        }
-        for (int t = 0; t < n; t++) y[t * rows + (size_t)o] = acc[t];
-    }
-}
-
-void kvq_dense_rows_scalar(const kvq_cpu_weight *w, int r0, int r1, float *out) {
-    size_t cols = (size_t)w->cols, n = (size_t)(r1 - r0) * cols, base = (size_t)r0 * cols;
-    if (w->fmt == KVQ_W_F32) {
-        memcpy(out, (const float *)w->data + base, n * sizeof(float));
-        return;
-    }
-    for (size_t i = 0; i < n; i++) out[i] = dense_at(w->fmt, w->data, base + i);
-}
-
-void kvq_gemm_scalar(const float *W, size_t ldw, int nr, int cols, const float *x, int n, float *y, size_t ldy) {
-    for (int t = 0; t < n; t++) {
-        const float *xt = x + (size_t)t * cols;
-        for (int i = 0; i < nr; i++) {
-            const float *wr = W + (size_t)i * ldw;
-            float acc = 0.0f;
-            for (int k = 0; k < cols; k++) acc += wr[k] * xt[k];
-            y[(size_t)t * ldy + i] = acc;
-        }
-    }
 }
 
 /* ---- per-thread scratch (LUTs, dequantized tiles) ---- */
@@ -390,7 +405,7 @@ static float *scratch(size_t n) {
 
 /* W[o][c] without any buffer (last-resort path). */
 static float weight_at(const kvq_cpu_weight *w, int o, int c) {
-    if (w->kind == KVQ_CW_DENSE) return dense_at(w->fmt, w->data, (size_t)o * w->cols + c);
+    if (w->kind == KVQ_CW_DENSE) return kvq_dense_at(w->fmt, w->data, (size_t)o * w->cols + c);
     size_t g = (size_t)(c / w->ig), j = (size_t)(c % w->ig);
     float v = 0.0f;
     for (int m = 0; m < w->M; m++) v += kvq_cw_val(w, (size_t)m, kvq_cw_code(w, (size_t)o, g, (size_t)m), j);
@@ -658,7 +673,7 @@ static void matmul_tiled(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const
 #if defined(__x86_64__)
 /* Batches on AMX tiles: activations split into bf16 hi/lo once, then every
  * thread takes 64-row blocks: widen/dequantize to f32, pack as tiles, and run
- * all tokens through them (cpu_amx_avx512.c). */
+ * all tokens through them (dense/amx_avx512.c). */
 #define KVQ_AMX_ROWS 64
 static size_t amx_scratch_floats(const kvq_cpu_weight *w, int n, int nt) {
     size_t kp = ((size_t)w->cols + 31) / 32 * 32, n_pad = ((size_t)n + 15) / 16 * 16;

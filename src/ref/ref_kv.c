@@ -1,5 +1,5 @@
 /* Reference KV cache formats and attention: the spec the fused CPU kernels
- * (src/cpu/cpu_kv.c, cpu_attn_*.c) are tested against, byte for byte on the
+ * (src/cpu/cpu_kv.c, attn/attn_*.c) are tested against, byte for byte on the
  * store side and numerically on the attention side.
  *
  * Quantization (both formats use symmetric 32-value blocks, fp16 scale d, and

@@ -1,5 +1,5 @@
 /* Reference weight dequantization and matmul: the spec for the CPU kernels
- * (src/cpu/cpu_matmul.c, cpu_aqlm*.c) and the GPU shaders. Plain scalar C,
+ * (src/cpu/cpu_matmul.c, aqlm/aqlm*.c) and the GPU shaders. Plain scalar C,
  * double accumulation, reading the checkpoint description directly. */
 #include <stdlib.h>
 

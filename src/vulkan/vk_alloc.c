@@ -276,10 +276,8 @@ fail:
     return NULL;
 }
 
-void vk_buf_free(kvq_bctx *b, kvq_buf *x) {
+void vk_buf_destroy(kvq_bctx *b, kvq_buf *x) {
     if (!x) return;
-    if (vk_busy(b)) vk_finish(b); /* recorded work may still use it; its error stays for the next submit */
-    if (!b->dead) vk_dsets_clear(b); /* sets naming it must not be used again (a dead device records nothing) */
     if (x->map && x->mem) vkUnmapMemory(b->dev, x->mem);
     vkDestroyBuffer(b->dev, x->buf, NULL);
     if (x->mem) {
@@ -297,19 +295,6 @@ void vk_buf_free(kvq_bctx *b, kvq_buf *x) {
 
 void vk_alloc_close(kvq_bctx *b) {
     while (b->blocks) block_free(b, b->blocks);
-}
-
-kvq_buf *vk_scratch(kvq_bctx *b, int slot, size_t bytes) {
-    if (slot < 0 || slot >= 8) {
-        vk_error(b, KVQ_ERR_ARG, "vulkan: scratch slot %d", slot);
-        return NULL;
-    }
-    if (b->scratch[slot] && b->scratch[slot]->bytes >= bytes) return b->scratch[slot];
-    vk_buf_free(b, b->scratch[slot]); /* waits for recorded work that may use it */
-    size_t sz = bytes + bytes / 4 + 4096;
-    b->scratch[slot] = vk_buf_new(b, sz, 0);
-    if (!b->scratch[slot]) vk_error(b, KVQ_ERR_NOMEM, "%s (scratch)", kvq_last_error());
-    return b->scratch[slot];
 }
 
 int vk_alloc_plan(const kvq_bctx *b, const size_t *sizes, int n) {

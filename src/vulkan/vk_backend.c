@@ -113,19 +113,34 @@ static int count_ok(kvq_bctx *b, size_t count, const char *op) {
     return 0;
 }
 
-/* The norms' shaders by device (subgroupAdd: fewer barriers); kvq_vk_ops_prepare builds the same. */
+/* The norms' shaders by device (subgroupAdd: fewer barriers); ops_prepare builds the same. */
 static const char *rms_norm_shader(const kvq_bctx *b) { return b->caps.subgroup_arith ? "rms_norm_sg" : "rms_norm"; }
 static const char *layer_norm_shader(const kvq_bctx *b) { return b->caps.subgroup_arith ? "layer_norm_sg" : "layer_norm"; }
 
 /* Every elementwise op's pipeline (none has spec constants), built at the first weight upload
  * rather than at open: tests open backends often, and software drivers compile slowly. */
-kvq_status kvq_vk_ops_prepare(kvq_bctx *b) {
+static kvq_status ops_prepare(kvq_bctx *b) {
     if (b->ops_ready) return KVQ_OK;
     const char *names[] = {rms_norm_shader(b), layer_norm_shader(b), "rope", "swiglu", "geglu", "add", "scale", "add_weighted"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) vk_pipe_get(b, names[i], NULL, 0);
     if (b->err) return vk_submit(b);
     b->ops_ready = 1;
     return KVQ_OK;
+}
+
+/* kvq_backend.weight_upload: the weight, then the pipelines of the ops (once) and of its
+ * matmuls (kvq_vk_matmul_prepare): at load, not at the first token. Norm gains (one row)
+ * only go to the norms. */
+static kvq_wt *vkb_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
+    kvq_wt *w = kvq_vk_weight_upload(b, d);
+    if (!w) return NULL;
+    kvq_status s = ops_prepare(b);
+    if (s == KVQ_OK && !(w->vec && d->rows == 1)) s = kvq_vk_matmul_prepare(b, w, d->rows_only);
+    if (s == KVQ_OK) return w;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", kvq_last_error());
+    kvq_vk_weight_free(b, w);
+    return kvq_fail(KVQ_ERR_BACKEND, "%s: upload of its pipelines failed (%s)", d->name, msg), NULL;
 }
 
 static void vkb_rms_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps) {
@@ -245,7 +260,7 @@ const kvq_backend kvq_backend_vulkan = {
     .buf_write = vkb_buf_write,
     .buf_read = vkb_buf_read,
     .weight_supported = kvq_vk_weight_supported,
-    .weight_upload = kvq_vk_weight_upload,
+    .weight_upload = vkb_weight_upload,
     .weight_free = kvq_vk_weight_free,
     .weight_bytes = kvq_vk_weight_bytes,
     .kv_new = kvq_vk_kv_new,

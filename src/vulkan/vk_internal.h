@@ -122,7 +122,7 @@ struct kvq_bctx {
     uint32_t max_groups[3];       /* maxComputeWorkGroupCount */
     int n_threads;
     int exact;                    /* kvq_backend_opts.exact: no fp16 lookup tables (vk_matmul.c) */
-    int ops_ready;                /* the elementwise pipelines are built (kvq_vk_ops_prepare) */
+    int ops_ready;                /* the elementwise pipelines are built (ops_prepare in vk_backend.c) */
 
     VkCommandPool cmd_pool;
     vk_slot slots[VK_SLOTS];
@@ -181,24 +181,23 @@ struct kvq_bctx {
     char driver[132];             /* driver name and version (Vulkan 1.2), "" when unknown */
 };
 
+/* ---- vk_error.c: the error state (below every other file) ---- */
+/* Remembers the first error of an op (printf-style message, one line). */
+void vk_error(kvq_bctx *b, kvq_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+const char *vk_result_str(VkResult r);
+
 /* ---- vk_core.c: instance and device ---- */
 kvq_status kvq_vk_open(const kvq_backend_opts *o, kvq_bctx **out);
 /* kvq_backend.mem_budget: device-local bytes still free for this process. */
 size_t kvq_vk_mem_budget(kvq_bctx *b);
 void kvq_vk_close(kvq_bctx *b);
-/* Remembers the first error of an op (printf-style message, one line). */
-void vk_error(kvq_bctx *b, kvq_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-const char *vk_result_str(VkResult r);
 
 /* ---- vk_alloc.c: memory ---- */
 /* Allocates a buffer: device-local (placed in a block), or host-visible+coherent with its own
  * allocation when host != 0. NULL + kvq_fail. */
 kvq_buf *vk_buf_new(kvq_bctx *b, size_t bytes, int host);
-/* Frees a buffer, first waiting for recorded work that may use it. */
-void vk_buf_free(kvq_bctx *b, kvq_buf *x);
-/* A persistent device buffer of at least `bytes` for slot 0..7 (grows, submitting pending
- * work first). Slots: 0-3 attention, 4-5 matmul, 6-7 matmul_routed. NULL + error recorded on failure. */
-kvq_buf *vk_scratch(kvq_bctx *b, int slot, size_t bytes);
+/* Frees a buffer no recorded work uses any more (vk_buf_free in vk_record.c makes sure). */
+void vk_buf_destroy(kvq_bctx *b, kvq_buf *x);
 /* Sets the allocator up from the device limits and the environment; frees every block at close. */
 void vk_alloc_init(kvq_bctx *b, VkDeviceSize max_alloc);
 void vk_alloc_close(kvq_bctx *b);
@@ -257,6 +256,11 @@ void vk_finish(kvq_bctx *b);
 int vk_busy(const kvq_bctx *b);
 /* Drops the cached descriptor sets (a buffer they name is going away); b must be idle. */
 void vk_dsets_clear(kvq_bctx *b);
+/* Frees a buffer, first waiting for recorded work that may use it. */
+void vk_buf_free(kvq_bctx *b, kvq_buf *x);
+/* A persistent device buffer of at least `bytes` for slot 0..7 (grows, waiting for pending
+ * work first). Slots: 0-3 attention, 4-5 matmul, 6-7 matmul_routed. NULL + error recorded on failure. */
+kvq_buf *vk_scratch(kvq_bctx *b, int slot, size_t bytes);
 
 /* ---- vk_profile.c: per-op device time (KVQ_VK_PROFILE=1, kvq-bench model --profile) ---- */
 /* Set up when KVQ_VK_PROFILE=1 (commands then run one after another, so each has its own time). */

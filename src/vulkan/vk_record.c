@@ -483,6 +483,28 @@ void vk_dispatch_beside(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int 
 
 /* ---- set up ---- */
 
+/* ---- freeing buffers that recorded work may use ---- */
+
+void vk_buf_free(kvq_bctx *b, kvq_buf *x) {
+    if (!x) return;
+    if (vk_busy(b)) vk_finish(b); /* recorded work may still use it; its error stays for the next submit */
+    if (!b->dead) vk_dsets_clear(b); /* sets naming it must not be used again (a dead device records nothing) */
+    vk_buf_destroy(b, x);
+}
+
+kvq_buf *vk_scratch(kvq_bctx *b, int slot, size_t bytes) {
+    if (slot < 0 || slot >= 8) {
+        vk_error(b, KVQ_ERR_ARG, "vulkan: scratch slot %d", slot);
+        return NULL;
+    }
+    if (b->scratch[slot] && b->scratch[slot]->bytes >= bytes) return b->scratch[slot];
+    vk_buf_free(b, b->scratch[slot]); /* waits for recorded work that may use it */
+    size_t sz = bytes + bytes / 4 + 4096;
+    b->scratch[slot] = vk_buf_new(b, sz, 0);
+    if (!b->scratch[slot]) vk_error(b, KVQ_ERR_NOMEM, "%s (scratch)", kvq_last_error());
+    return b->scratch[slot];
+}
+
 kvq_status vk_record_init(kvq_bctx *b) {
     VkResult r;
     VkCommandPoolCreateInfo cpi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,

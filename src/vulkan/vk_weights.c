@@ -216,14 +216,6 @@ static float codeword_l1_max(const kvq_weight_desc *d) {
     return best;
 }
 
-/* The pipelines of the ops and of this weight (kvq_vk_matmul_prepare): at load, not at
- * the first token. Norm gains (one row) only go to the norms. */
-static kvq_status prepare(kvq_bctx *b, const kvq_weight_desc *d, const kvq_wt *w) {
-    kvq_status s = kvq_vk_ops_prepare(b);
-    if (s == KVQ_OK && !(w->vec && d->rows == 1)) s = kvq_vk_matmul_prepare(b, w, d->rows_only);
-    return s == KVQ_OK ? KVQ_OK : upload_fail(d, "pipelines");
-}
-
 kvq_wt *kvq_vk_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
     char why[256];
     if (unsupported(b, d, why, sizeof why)) {
@@ -258,10 +250,6 @@ kvq_wt *kvq_vk_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
         w->n_pieces = 1;
         w->pieces[0] = (vk_piece){w->vec, 0, d->rows};
         w->bytes = count * 4;
-        if (prepare(b, d, w) != KVQ_OK) {
-            kvq_vk_weight_free(b, w);
-            return NULL;
-        }
         return w;
     }
     size_t rb = row_bytes(d), per = b->max_buffer / rb;
@@ -295,7 +283,6 @@ kvq_wt *kvq_vk_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
         if (!(w->vec = f32_buf(b, d, "f32 copy", d->fmt, d->data, count))) goto fail;
         w->bytes += count * 4;
     }
-    if (prepare(b, d, w) != KVQ_OK) goto fail;
     return w;
 fail:
     kvq_vk_weight_free(b, w);

@@ -44,7 +44,5 @@ static inline uint32_t kvq_vk_fmt_code(kvq_wformat f) {
  * alone when rows_only), with the choice the dispatch makes (vk_matmul.c), so none is
  * compiled at the first token. The pipeline's error (kvq_fail) when one cannot be built. */
 kvq_status kvq_vk_matmul_prepare(kvq_bctx *b, const kvq_wt *w, int rows_only);
-/* Builds the elementwise ops' pipelines (vk_backend.c), once per backend. */
-kvq_status kvq_vk_ops_prepare(kvq_bctx *b);
 
 #endif

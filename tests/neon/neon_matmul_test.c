@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cpu/cpu_kernels.h"
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/cpu_matmul.h"
 #include "neon_check.h"
 #include "ref/ref.h"
 #include "util.h"

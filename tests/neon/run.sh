@@ -16,8 +16,8 @@ if ! command -v "$CC" >/dev/null 2>&1 || [ -z "$QEMU" ]; then
     exit 77
 fi
 mkdir -p "$OUT"
-SRC="$ROOT/tests/neon/neon_test.c $ROOT/src/ref/ref_kv.c $ROOT/src/cpu/cpu_kv.c $ROOT/src/cpu/cpu_attn_scalar.c
-     $ROOT/src/cpu/cpu_attn_neon.c $ROOT/src/util.c $ROOT/src/cpu/cpu_features.c"
+SRC="$ROOT/tests/neon/neon_test.c $ROOT/src/ref/ref_kv.c $ROOT/src/cpu/cpu_kv.c $ROOT/src/cpu/attn/attn_scalar.c
+     $ROOT/src/cpu/attn/attn_neon.c $ROOT/src/util.c $ROOT/src/cpu/cpu_features.c"
 FLAGS="-O2 -static -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror -I$ROOT/src -I$ROOT/include"
 # Threads when the toolchain has a static libgomp; cpu_kv.c also builds without OpenMP.
 # shellcheck disable=SC2086
@@ -29,9 +29,10 @@ if ! $CC $FLAGS -fopenmp $SRC -lm -o "$OUT/neon_test" 2>"$OUT/omp.log"; then
 fi
 "$QEMU" "$OUT/neon_test"
 # Matmul kernels: cpu_matmul.c needs OpenMP, so without a static libgomp this part is skipped.
-MSRC="$ROOT/tests/neon/neon_matmul_test.c $ROOT/src/ref/ref_weights.c $ROOT/src/cpu/cpu_matmul.c $ROOT/src/cpu/cpu_aqlm.c
-      $ROOT/src/cpu/cpu_matmul_neon.c $ROOT/src/cpu/cpu_aqlm_i8.c $ROOT/src/cpu/cpu_aqlm_i8_neon.c $ROOT/src/cpu/cpu_i8tile.c
-      $ROOT/src/cpu/cpu_i8tile_neon.c $ROOT/src/util.c
+MSRC="$ROOT/tests/neon/neon_matmul_test.c $ROOT/src/ref/ref_weights.c $ROOT/src/cpu/cpu_matmul.c $ROOT/src/cpu/aqlm/aqlm.c
+      $ROOT/src/cpu/aqlm/aqlm_neon.c $ROOT/src/cpu/aqlm/aqlm_i8.c $ROOT/src/cpu/aqlm/aqlm_i8_neon.c
+      $ROOT/src/cpu/dense/dense_scalar.c $ROOT/src/cpu/dense/dense_neon.c
+      $ROOT/src/cpu/i8tile/i8tile.c $ROOT/src/cpu/i8tile/i8tile_neon.c $ROOT/src/util.c
       $ROOT/src/cpu/cpu_features.c"
 if [ "$OMP" = 1 ]; then
     # shellcheck disable=SC2086

@@ -15,7 +15,7 @@
 #include "bench_common.h"
 #include "common.h"
 #include "cpu/cpu_kernels.h"
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/cpu_matmul.h"
 #include "util.h"
 
 int kvq_bench_aqlm(int argc, char **argv);

@@ -228,7 +228,7 @@ int kvq_bench_model(int argc, char **argv) {
         tg_i8 = side_run("aqlm_i8", dir, &m8, pp, tg, reps, tk, tv, &pp_side);
     }
     /* AQLM prompts: the exact paths too, for pp_exact_tps (the default's error: per-output bound in
-     * cpu_i8tile.c, kvq-ppl --kl-exact on trained checkpoints; a random synthetic model's logits
+     * i8tile/i8tile.c, kvq-ppl --kl-exact on trained checkpoints; a random synthetic model's logits
      * move chaotically under any change, so they are not compared here) */
     if (synth && !exact && on_cpu) {
         kvq_model_params mx = mp;

@@ -1,5 +1,5 @@
 /* 1x16 AQLM with int8 codewords on AVX-512 VNNI (scheme and error bound:
- * cpu_aqlm_i8.c). One step is 64 values of a row: the codewords of 8 groups
+ * aqlm/aqlm_i8.c). One step is 64 values of a row: the codewords of 8 groups
  * of 8 (or 4 of 16) come in with one vpgatherqq from the 512 KiB int8
  * codebook (it stays in L2, where the fp16 one did not), their scales from
  * the code's class by register permutes, and one vpdpbusd dots them with 64
@@ -9,7 +9,7 @@
  * which the quantizer left in corr, so each int32 lane is exact. */
 #include <immintrin.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/aqlm/aqlm_kernels.h"
 
 #define VNNI __attribute__((target("avx512vnni"), always_inline)) inline
 

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/aqlm/aqlm_kernels.h"
 
 static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 

@@ -2,7 +2,7 @@
  * tokens product. Row tails use masked loads, so there is no scalar epilogue. */
 #include <immintrin.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/dense/dense_kernels.h"
 
 /* Up to 16 values of a dense row at element i (lanes past `mask` read as 0). */
 static inline __m512 load16(kvq_wformat f, const void *p, size_t i, __mmask16 mask) {
@@ -15,7 +15,7 @@ static inline __m512 load16(kvq_wformat f, const void *p, size_t i, __mmask16 ma
 
 static inline __mmask16 tail_mask(int left) { return (__mmask16)((1u << left) - 1u); }
 
-/* One row against T tokens (see cpu_dense_avx2.c): two accumulator sets,
+/* One row against T tokens (see dense/dense_avx2.c): two accumulator sets,
  * masked tail, format and T fixed at compile time. */
 static inline __attribute__((always_inline)) void row_dots(kvq_wformat f, const void *data, size_t base,
                                                            const float *x, int cols, float *out, const int T) {

@@ -1,4 +1,4 @@
-/* Int8 tiles (cpu_i8tile.c) on AVX2 (no VNNI): one 16-row vector (two ymm)
+/* Int8 tiles (i8tile/i8tile.c) on AVX2 (no VNNI): one 16-row vector (two ymm)
  * times 4 tokens at a time. maddubs multiplies unsigned by signed bytes and
  * saturates its pair sums at int16: the weights go in as |w| and each token's
  * bytes take w's sign (vpsignb), so every pair sum is at most 2 * 127 * 127
@@ -6,7 +6,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/i8tile/i8tile_kernels.h"
 
 /* One block of n <= 256 values as int8 (kvq_i8t_qblock_scalar, bit for
  * bit: the same f32 products, rounded to nearest even by vcvtps2dq). */

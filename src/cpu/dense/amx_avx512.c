@@ -15,7 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/dense/dense_kernels.h"
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];

@@ -1,11 +1,11 @@
-/* Int8 tiles (cpu_i8tile.c) on AArch64 with the dot-product extension: one
+/* Int8 tiles (i8tile/i8tile.c) on AArch64 with the dot-product extension: one
  * 16-row vector (four 4-row sdot operands) times 4 tokens in 16 int32x4
  * accumulators; per 4 columns, 4 weight loads, 4 broadcasts of a token's
  * 4 bytes and 16 sdot. Signed by signed: no offset. */
 #include <arm_neon.h>
 #include <string.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/i8tile/i8tile_kernels.h"
 
 #define DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 #define TOK 4

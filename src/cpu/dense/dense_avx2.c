@@ -3,7 +3,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/dense/dense_kernels.h"
 #include "util.h"
 
 static inline float hsum8(__m256 v) {

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cpu/cpu_attn_impl.h"
+#include "cpu/attn/attn_kernels.h"
 
 #define AI static inline __attribute__((always_inline))
 #define BP KVQ_ATTN_BP

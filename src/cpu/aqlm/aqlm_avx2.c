@@ -1,11 +1,11 @@
-/* AVX2/FMA AQLM kernels (layouts and the math: cpu_aqlm.c). The LUT path
+/* AVX2/FMA AQLM kernels (layouts and the math: aqlm/aqlm.c). The LUT path
  * gathers 8 rows' table entries per vpgatherdd (or, on AMD, looks them up
  * with plain loads); the codeword path widens one
  * 8-value fp16 codeword per group and FMAs it with x. */
 #include <immintrin.h>
 #include <string.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/aqlm/aqlm_kernels.h"
 
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

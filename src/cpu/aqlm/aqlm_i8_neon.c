@@ -1,17 +1,10 @@
 /* 1x16 AQLM with int8 codewords on AArch64 with the dot-product extension
- * (sdot; scheme and error bound: cpu_aqlm_i8.c). Two codewords of 8 (or one
+ * (sdot; scheme and error bound: aqlm/aqlm_i8.c). Two codewords of 8 (or one
  * of 16) by plain loads make 16 bytes, one sdot against 16 activation bytes
  * gives 4 int32 lanes, two per group of 8. Signed by signed: no offset. */
 #include <arm_neon.h>
-#include <sys/auxv.h>
 
-#include "cpu/cpu_matmul_impl.h"
-
-#ifndef HWCAP_ASIMDDP
-#define HWCAP_ASIMDDP (1 << 20)
-#endif
-
-int kvq_cpu_has_dotprod(void) { return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0; }
+#include "cpu/aqlm/aqlm_kernels.h"
 
 #define DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 

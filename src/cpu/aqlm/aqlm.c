@@ -19,13 +19,13 @@
  * page-cache mapping they ran at half speed). With the opt-in int8 codebook
  * (desc cb8) a one-codebook GATHER weight holds an int8 codebook instead of
  * the fp16 one, and with desc i8 int8 codewords with scales by class
- * (cpu_aqlm_i8.c). */
+ * (aqlm/aqlm_i8.c). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/aqlm/aqlm_kernels.h"
 #include "util.h"
 
 static const char *wname(const kvq_weight_desc *d) { return d->name ? d->name : "(unnamed weight)"; }
@@ -148,7 +148,7 @@ static void repack_codes(kvq_cpu_weight *w, const kvq_weight_desc *d) {
         }
     } else {
         uint16_t *dst = w->codes;
-        const uint16_t *perm = w->cbq_perm; /* int8 codewords: renumbered (cpu_aqlm_i8.c) */
+        const uint16_t *perm = w->cbq_perm; /* int8 codewords: renumbered (aqlm/aqlm_i8.c) */
         long n_rows = (long)rows;
         if (!perm && d->code_bytes == 2) { /* the usual int16 codes: a copy, masked in place (both vectorize) */
             const uint16_t m16 = (uint16_t)mask;
@@ -206,7 +206,7 @@ static void codebook_int8(kvq_cpu_weight *w, const kvq_weight_desc *d, size_t n,
  * the copy costs load time (2.4 GB for a 7B 1x16). */
 static int gather_block(kvq_cpu_weight *w, const kvq_weight_desc *d, size_t n_cb, size_t n_codes) {
     float mx = (d->cb8 || d->i8) && w->M == 1 ? cb8_max(d, n_cb) : 0.0f;
-    int i8 = d->i8 && w->M == 1 && mx <= FLT_MAX; /* int8 codewords, integer dot products (cpu_aqlm_i8.c) */
+    int i8 = d->i8 && w->M == 1 && mx <= FLT_MAX; /* int8 codewords, integer dot products (aqlm/aqlm_i8.c) */
     int int8 = !i8 && d->cb8 && w->M == 1 && mx <= FLT_MAX;
     size_t cb_used = i8 ? kvq_i8_codebook_bytes(w) : n_cb * (int8 ? 1 : 2), cb_bytes = (cb_used + 63) / 64 * 64;
     uint8_t *block = alloc_for(cb_bytes + n_codes * 2, 1, w, d);

@@ -27,7 +27,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cpu/cpu_attn_impl.h"
+#include "cpu/attn/attn_kernels.h"
 #include "ref/ref.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -495,7 +495,7 @@ AI void av_group(const uint8_t *v, size_t rb, int np, const float *w, int hd, fl
             }
 }
 
-#include "cpu/cpu_attn_av_shell.inc"
+#include "cpu/attn/attn_av_shell.inc"
 
 /* ---- V from int16 weights (av_blk): q4/q8 V ---- */
 

@@ -21,7 +21,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/i8tile/i8tile_kernels.h"
 
 static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 

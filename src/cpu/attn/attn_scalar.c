@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cpu/cpu_attn_impl.h"
+#include "cpu/attn/attn_kernels.h"
 #include "util.h"
 
 /* Block b (32 values) of a cache row as f32. */

@@ -1,13 +1,13 @@
 /* Internal contract between the fused-attention driver (cpu_kv.c: threads,
  * position blocks, online softmax, split-K merge, rotation) and the per-ISA
- * inner kernels (cpu_attn_scalar.c, _avx2.c, _avx512.c, _neon.c).
+ * inner kernels (attn_scalar.c, _avx2.c, _avx512.c, _neon.c in this room).
  *
  * The driver hands the kernels "rows": query vectors that all read the same
  * KV head (the GQA group, times a few queries when evaluating a prompt), so
  * every K/V cache row is read from memory once per group. Query rows are f32,
  * already scaled by the softmax scale and rotated when K is. */
-#ifndef KVQ_CPU_ATTN_IMPL_H
-#define KVQ_CPU_ATTN_IMPL_H
+#ifndef KVQ_CPU_ATTN_KERNELS_H
+#define KVQ_CPU_ATTN_KERNELS_H
 
 #include <stddef.h>
 #include <stdint.h>

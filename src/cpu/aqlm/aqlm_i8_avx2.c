@@ -1,5 +1,5 @@
 /* 1x16 AQLM with int8 codewords on AVX2 (scheme and error bound:
- * cpu_aqlm_i8.c). One step is one 32-value activation block: the codewords
+ * aqlm/aqlm_i8.c). One step is one 32-value activation block: the codewords
  * of 4 groups of 8 (2 of 16) by plain loads (AMD's gathers are microcoded,
  * and this also serves AVX-512 CPUs without VNNI), then vpmaddubsw on
  * |x| and the codeword with x's sign: each int16 pair sum is at most
@@ -7,7 +7,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/aqlm/aqlm_kernels.h"
 
 static inline long long ld64(const int8_t *p) {
     long long v;

@@ -1,4 +1,4 @@
-/* Int8 tiles (cpu_i8tile.c) on AVX-512 VNNI: 4 vectors of 16 rows times 6
+/* Int8 tiles (i8tile/i8tile.c) on AVX-512 VNNI: 4 vectors of 16 rows times 6
  * tokens in 24 int32 accumulators; per 4 columns, 4 weight loads, 6 broadcasts
  * of a token's 4 bytes and 24 vpdpbusd (64 multiply-adds each). vpdpbusd
  * multiplies unsigned by signed bytes: activations come as q ^ 0x80 = q + 128,
@@ -6,18 +6,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "cpu/cpu_matmul_impl.h"
-
-int kvq_cpu_has_vnni(void) {
-    static int vnni = -1;
-    int v = __atomic_load_n(&vnni, __ATOMIC_ACQUIRE);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512vnni") != 0;
-        __atomic_store_n(&vnni, v, __ATOMIC_RELEASE);
-    }
-    return v;
-}
+#include "cpu/i8tile/i8tile_kernels.h"
 
 /* One block of n <= 256 values as int8 (kvq_i8t_qblock_scalar, bit for
  * bit: the same f32 products, rounded to nearest even by vcvtps2dq). */

@@ -1,11 +1,11 @@
-/* AVX-512 AQLM kernels (layouts and the math: cpu_aqlm.c). LUT path: 16
+/* AVX-512 AQLM kernels (layouts and the math: aqlm/aqlm.c). LUT path: 16
  * rows' codes of one step are one 16-byte load feeding one 16-lane gather, or
  * with VBMI 64 rows per byte shuffle (below). Codeword path: 8-value fp16
  * codewords are widened in pairs into one zmm. */
 #include <immintrin.h>
 #include <string.h>
 
-#include "cpu/cpu_matmul_impl.h"
+#include "cpu/aqlm/aqlm_kernels.h"
 
 /* Entries c .. c+15 of one codebook's table: sum_j ct[j][c] * x_j, as two
  * chains (even j, odd j) added at the end; every table builder uses this, so
