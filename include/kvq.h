@@ -213,6 +213,19 @@ KVQ_API const float *kvq_logits_row(const kvq_context *c, int i);
 KVQ_API size_t kvq_kv_bytes_total(const kvq_context *c);
 KVQ_API size_t kvq_kv_bytes_used(const kvq_context *c);
 
+/* KV sessions on disk. kvq_context_save writes the cache's first n_past positions in the
+ * stored format (a q4 cache's file is about a quarter of an f16 one's) with the n_past tokens
+ * that made them (the caller's: tokens[0..n_tokens), n_tokens == kvq_n_past(c)), under a
+ * versioned, checksummed header naming the model and the cache's shape and types.
+ * kvq_context_restore reads such a file into c (same model, cache types, rotation; n_ctx at
+ * least the saved positions), replacing its cache: on success n_past is the saved count and
+ * tokens[0..*n_tokens) the saved tokens (cap: room in tokens). It checks the whole file
+ * before it changes anything; a mismatch or a damaged file is KVQ_ERR_FORMAT / KVQ_ERR_ARG
+ * with one line naming the file and the problem. Logits are not saved: to sample right after
+ * a restore, truncate one position and evaluate the last token again. */
+KVQ_API kvq_status kvq_context_save(const kvq_context *c, const char *path, const int32_t *tokens, int n_tokens);
+KVQ_API kvq_status kvq_context_restore(kvq_context *c, const char *path, int32_t *tokens, int cap, int *n_tokens);
+
 /* ---- sampling ------------------------------------------------------------ */
 
 typedef struct kvq_sampler kvq_sampler;

@@ -104,6 +104,13 @@ typedef struct kvq_backend {
      * in this backend's layout (a GPU may pad rows or keep scales apart). */
     size_t (*kv_bytes)(kvq_bctx *b, const kvq_kv_desc *d, int positions);
     void (*kv_free)(kvq_bctx *b, kvq_kvbuf *kv);
+    /* Optional (NULL: no KV sessions on disk): rows of positions [pos0, pos0+n) of every KV head
+     * of one layer's K (v = 0) or V (v = 1), between the cache and host memory, in the stored
+     * format without the backend's padding: [kv head][position] rows of
+     * kvq_kv_row_bytes(type, head_dim) bytes. kv_read waits for the ops issued before it;
+     * kv_write is ordered with them. */
+    kvq_status (*kv_read)(kvq_bctx *b, const kvq_kvbuf *kv, int layer, int v, int pos0, int n, void *dst);
+    kvq_status (*kv_write)(kvq_bctx *b, kvq_kvbuf *kv, int layer, int v, int pos0, int n, const void *src);
 
     /* ---- ops (issued in order; n = token rows) ---- */
     /* out[i] = row ids[i] of w (embedding lookup); ids are copied at issue time. */

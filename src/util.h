@@ -60,4 +60,20 @@ int kvq_file_exists(const char *path);
 /* Overflow-checked size arithmetic: returns 0 on overflow. */
 static inline int kvq_mul_ok(size_t a, size_t b, size_t *r) { return !__builtin_mul_overflow(a, b, r); }
 
+/* FNV-1a, 64 bits, over 8-byte words (then the tail bytes), continued from h (start from
+ * KVQ_FNV_SEED): identities and checksums of files kvq writes itself; words, not bytes, so
+ * a multi-GB session file is checked at memory speed. Not a defence against a forger. */
+#define KVQ_FNV_SEED 0xcbf29ce484222325ull
+static inline uint64_t kvq_fnv1a(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+    }
+    for (; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
 #endif

@@ -104,7 +104,7 @@ static void check_bytes(const backend *k, const kvq_kvbuf *kv, const kvq_kv_desc
         const size_t rb = kvq_kv_row_bytes(s ? d->type_v : d->type_k, d->head_dim);
         uint8_t *got = malloc((size_t)d->n_head_kv * d->n_ctx * rb);
         assert_non_null(got);
-        assert_int_equal(kvq_vk_kv_read(k->b, kv, layer, s, got), KVQ_OK);
+        assert_int_equal(kvq_vk_kv_read(k->b, kv, layer, s, 0, d->n_ctx, got), KVQ_OK);
         const uint8_t *want = s ? refv : refk;
         for (int h = 0; h < d->n_head_kv; h++)
             for (int p = 0; p < end; p++) {

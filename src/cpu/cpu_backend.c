@@ -187,6 +187,52 @@ static void cpu_kv_free(kvq_bctx *b, kvq_kvbuf *kv) {
     free(kv);
 }
 
+/* kv_read / kv_write: rows as stored, less the zero padding to whole 32-value blocks that
+ * f16/f32 rows of an odd-sized head carry here (q8/q4 rows have none). */
+static uint8_t *kv_row_at(const kvq_kvbuf *kv, int layer, int v, int h, int pos, size_t *row_bytes) {
+    const kvq_kv_desc *d = &kv->d;
+    size_t row = ((size_t)layer * d->n_head_kv + (size_t)h) * d->n_ctx + (size_t)pos;
+    *row_bytes = v ? kv->row_v : kv->row_k;
+    return (v ? kv->v : kv->k) + row * *row_bytes;
+}
+
+static kvq_status kv_range_ok(const kvq_kvbuf *kv, int layer, int pos0, int n) {
+    const kvq_kv_desc *d = &kv->d;
+    if (layer < 0 || layer >= d->n_layer || pos0 < 0 || n < 0 || n > d->n_ctx - pos0)
+        return kvq_fail(KVQ_ERR_ARG, "cpu backend: KV rows %d..%d of layer %d are outside the cache", pos0, pos0 + n, layer);
+    return KVQ_OK;
+}
+
+static kvq_status cpu_kv_read(kvq_bctx *b, const kvq_kvbuf *kv, int layer, int v, int pos0, int n, void *dst) {
+    (void)b;
+    kvq_status s = kv_range_ok(kv, layer, pos0, n);
+    if (s) return s;
+    const size_t rb = kvq_kv_row_bytes(v ? kv->d.type_v : kv->d.type_k, kv->d.head_dim);
+    uint8_t *out = dst;
+    for (int h = 0; h < kv->d.n_head_kv; h++)
+        for (int p = 0; p < n; p++, out += rb) {
+            size_t stored;
+            memcpy(out, kv_row_at(kv, layer, v, h, pos0 + p, &stored), rb);
+        }
+    return KVQ_OK;
+}
+
+static kvq_status cpu_kv_write(kvq_bctx *b, kvq_kvbuf *kv, int layer, int v, int pos0, int n, const void *src) {
+    (void)b;
+    kvq_status s = kv_range_ok(kv, layer, pos0, n);
+    if (s) return s;
+    const size_t rb = kvq_kv_row_bytes(v ? kv->d.type_v : kv->d.type_k, kv->d.head_dim);
+    const uint8_t *in = src;
+    for (int h = 0; h < kv->d.n_head_kv; h++)
+        for (int p = 0; p < n; p++, in += rb) {
+            size_t stored;
+            uint8_t *row = kv_row_at(kv, layer, v, h, pos0 + p, &stored);
+            memcpy(row, in, rb);
+            memset(row + rb, 0, stored - rb);
+        }
+    return KVQ_OK;
+}
+
 static void cpu_get_rows(kvq_bctx *b, const kvq_wt *w, const int32_t *ids, int n, kvq_buf *out) {
     int cols = kvq_cpu_weight_cols(w->w);
 #pragma omp parallel for num_threads(b->n_threads) if (n > 1)
@@ -427,6 +473,8 @@ const kvq_backend kvq_backend_cpu = {
     .kv_new = cpu_kv_new,
     .kv_free = cpu_kv_free,
     .kv_bytes = cpu_kv_bytes,
+    .kv_read = cpu_kv_read,
+    .kv_write = cpu_kv_write,
     .get_rows = cpu_get_rows,
     .matmul = cpu_matmul,
     .rms_norm = cpu_rms_norm,

@@ -52,6 +52,7 @@ struct kvq_model {
     size_t embed_bytes;  /* of which the embedding table */
     size_t expert_bytes; /* of which the experts of mixture-of-experts layers */
     kvq_st st;           /* the checkpoint, mapped for the model's lifetime: weights may be used in place */
+    uint64_t identity;   /* config.json and samples of the checkpoint's bytes, hashed: a saved session's model */
     char desc[256];
     char plan[320];
     char plan_note[128]; /* how -ngl auto chose, "" otherwise */

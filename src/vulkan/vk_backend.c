@@ -7,6 +7,7 @@
 
 #include "util.h"
 #include "vulkan/vk_bench.h"
+#include "vulkan/vk_kv.h"
 #include "vulkan/vk_weights.h"
 
 static const char *type_name(VkPhysicalDeviceType t) {
@@ -266,6 +267,8 @@ const kvq_backend kvq_backend_vulkan = {
     .kv_new = kvq_vk_kv_new,
     .kv_free = kvq_vk_kv_free,
     .kv_bytes = kvq_vk_kv_bytes,
+    .kv_read = kvq_vk_kv_read,
+    .kv_write = kvq_vk_kv_write,
     .get_rows = kvq_vk_get_rows,
     .matmul = kvq_vk_matmul,
     .rms_norm = vkb_rms_norm,

@@ -374,21 +374,60 @@ void kvq_vk_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_att
     }
 }
 
-kvq_status kvq_vk_kv_read(kvq_bctx *b, const kvq_kvbuf *kv, int layer, int v, void *dst) {
+static kvq_status rows_ok(const kvq_kvbuf *kv, int layer, int pos0, int n, const char *what) {
+    if (layer < 0 || layer >= kv->d.n_layer || pos0 < 0 || n < 0 || n > kv->d.n_ctx - pos0)
+        return kvq_fail(KVQ_ERR_ARG, "vulkan: %s of positions %d..%d of layer %d outside the cache", what, pos0, pos0 + n, layer);
+    return KVQ_OK;
+}
+
+/* One copy region per KV head: its rows pos0.. are adjacent in the layer (padded rows). */
+static void head_regions(const kvq_kvbuf *kv, int s, uint32_t word, int pos0, int n, VkBufferCopy *reg, int to_host) {
+    const size_t span = (size_t)n * kv->row[s];
+    for (int h = 0; h < kv->d.n_head_kv; h++) {
+        size_t dev = (size_t)word * 4 + ((size_t)h * kv->d.n_ctx + (size_t)pos0) * kv->row[s], host = (size_t)h * span;
+        reg[h] = (VkBufferCopy){.srcOffset = to_host ? dev : host, .dstOffset = to_host ? host : dev, .size = span};
+    }
+}
+
+kvq_status kvq_vk_kv_read(kvq_bctx *b, const kvq_kvbuf *kv, int layer, int v, int pos0, int n, void *dst) {
     const int s = v ? 1 : 0;
-    if (layer < 0 || layer >= kv->d.n_layer) return kvq_fail(KVQ_ERR_ARG, "vulkan: kv_read of layer %d", layer);
+    kvq_status st = rows_ok(kv, layer, pos0, n, "kv_read");
+    if (st || n == 0) return st;
     uint32_t word;
     const kvq_buf *src = layer_buf(kv, s, layer, &word);
-    kvq_buf *host = vk_buf_new(b, kv->layer[s], 1);
-    if (!host) return KVQ_ERR_NOMEM;
-    vk_record_copy(b, src, (size_t)word * 4, host, 0, kv->layer[s]);
-    kvq_status st = vk_submit(b);
+    const size_t rows = (size_t)kv->d.n_head_kv * n;
+    kvq_buf *host = vk_buf_new(b, rows * kv->row[s], 1);
+    VkBufferCopy *reg = malloc(sizeof *reg * (size_t)kv->d.n_head_kv);
+    if (!host || !reg) {
+        free(reg);
+        vk_buf_free(b, host);
+        return kvq_fail(KVQ_ERR_NOMEM, "vulkan: out of memory reading %zu KV rows", rows);
+    }
+    head_regions(kv, s, word, pos0, n, reg, 1);
+    vk_record_copy_regions(b, src, host, reg, (uint32_t)kv->d.n_head_kv);
+    st = vk_submit(b);
     if (st == KVQ_OK) {
         const size_t rb = kvq_kv_row_bytes(s ? kv->d.type_v : kv->d.type_k, kv->d.head_dim);
-        const size_t n_rows = (size_t)kv->d.n_head_kv * kv->d.n_ctx;
-        for (size_t r = 0; r < n_rows; r++)
-            memcpy((uint8_t *)dst + r * rb, (const uint8_t *)host->map + r * kv->row[s], rb);
+        for (size_t r = 0; r < rows; r++) memcpy((uint8_t *)dst + r * rb, (const uint8_t *)host->map + r * kv->row[s], rb);
     }
+    free(reg);
     vk_buf_free(b, host);
     return st;
+}
+
+kvq_status kvq_vk_kv_write(kvq_bctx *b, kvq_kvbuf *kv, int layer, int v, int pos0, int n, const void *src) {
+    const int s = v ? 1 : 0;
+    kvq_status st = rows_ok(kv, layer, pos0, n, "kv_write");
+    if (st || n == 0) return st;
+    uint32_t word;
+    kvq_buf *dstb = (kvq_buf *)layer_buf(kv, s, layer, &word);
+    const size_t rows = (size_t)kv->d.n_head_kv * n, rb = kvq_kv_row_bytes(s ? kv->d.type_v : kv->d.type_k, kv->d.head_dim);
+    uint8_t *padded = calloc(rows, kv->row[s]); /* rows padded as stored, the padding zero */
+    if (!padded) return kvq_fail(KVQ_ERR_NOMEM, "vulkan: out of memory writing %zu KV rows", rows);
+    for (size_t r = 0; r < rows; r++) memcpy(padded + r * kv->row[s], (const uint8_t *)src + r * rb, rb);
+    const size_t span = (size_t)n * kv->row[s];
+    for (int h = 0; h < kv->d.n_head_kv; h++) /* vk_record_write copies into the staging ring now */
+        vk_record_write(b, dstb, (size_t)word * 4 + ((size_t)h * kv->d.n_ctx + (size_t)pos0) * kv->row[s], padded + h * span, span);
+    free(padded);
+    return KVQ_OK;
 }

@@ -11,10 +11,12 @@
 /* Bytes of one stored row of head_dim values of type t: the reference row
  * (kvq_kv_row_bytes) padded to whole 32-bit words. */
 size_t kvq_vk_kv_row_bytes(kvq_cache_type t, int head_dim);
-/* Waits for all issued work, then copies layer's K (v == 0) or V rows into dst
- * without the padding: n_head_kv * n_ctx rows of kvq_kv_row_bytes each, the
- * reference's [kv head][position] layout. Reports the first pending error. */
-kvq_status kvq_vk_kv_read(kvq_bctx *b, const kvq_kvbuf *kv, int layer, int v, void *dst);
+/* kvq_backend.kv_read: waits for all issued work, then copies layer's K (v == 0) or V rows
+ * of positions [pos0, pos0+n) into dst without the padding: n_head_kv * n rows of
+ * kvq_kv_row_bytes each, the reference's [kv head][position] layout. Reports the first
+ * pending error. kvq_backend.kv_write: the other way, recorded in order with the ops. */
+kvq_status kvq_vk_kv_read(kvq_bctx *b, const kvq_kvbuf *kv, int layer, int v, int pos0, int n, void *dst);
+kvq_status kvq_vk_kv_write(kvq_bctx *b, kvq_kvbuf *kv, int layer, int v, int pos0, int n, const void *src);
 
 /* How attention is laid out, as pure functions of what the device offers, so tests can
  * plan for GPUs they do not have. */
