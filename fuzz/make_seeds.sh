@@ -7,7 +7,7 @@ set -eu
 out=$1
 shared=$2
 shift 2
-targets=${*:-"safetensors st_index config tokenizer_load encode decode chat_template server_request"}
+targets=${*:-"safetensors st_index config tokenizer_load encode decode chat_template server_request session"}
 src=$(cd "$(dirname "$0")/.." && pwd)
 command -v jq >/dev/null && command -v perl >/dev/null || { echo "make_seeds: needs jq and perl" >&2; exit 77; }
 fx=$shared/fixtures
@@ -132,6 +132,25 @@ for t in $targets; do
         printf '\002%s' '{"content":"Hello world","add_special":true}' >"$d/tok"
         printf '\003%s' '{"tokens":[1,15043,3186]}' >"$d/detok"
         printf '\000%s' '{"messages":[{"role":"wizard","content":1}],"max_tokens":0}' >"$d/bad" ;;
+    session)
+        # byte 0: bit 0 fixes the checksum after mutation, bit 1 the f16 context (else q4); the
+        # rest is a session file. Real ones come from kvq-chat --prompt-cache ($KVQ_CHAT) on the
+        # demo model; without it, a bare header and junk.
+        printf '\001KVQS\001\000\000\000' >"$d/header"
+        printf '\000not a session' >"$d/junk"
+        if [ -n "${KVQ_CHAT:-}" ] && [ -x "$KVQ_CHAT" ]; then
+            tmp=$(mktemp -d)
+            for ty in q4 f16; do
+                "$KVQ_CHAT" -m "$src/models/demo" --backend cpu -t 1 -c 64 -ctk $ty -ctv $ty -n 1 --temp 0 \
+                    -p "The jury said that the city" --prompt-cache "$tmp/$ty" >/dev/null 2>&1 || { rm -rf "$tmp"; exit 1; }
+            done
+            for m in 0 1; do
+                { printf "\\00$m"; cat "$tmp/q4"; } >"$d/q4-$m"
+                { printf "\\00$((m + 2))"; cat "$tmp/f16"; } >"$d/f16-$m"
+                { printf "\\00$((m + 2))"; cat "$tmp/q4"; } >"$d/q4-in-f16-$m"
+            done
+            rm -rf "$tmp"
+        fi ;;
     *) echo "make_seeds: unknown target $t" >&2; exit 2 ;;
     esac
 done

@@ -167,6 +167,50 @@ static void test_one_shot_modes(void **state) {
     free(a);
 }
 
+/* --prompt-cache: the second run takes all but the last prompt token from the file and
+ * prints the same; a file for other cache types or a damaged one is a warning and a cold
+ * start. (/save and /load with FILE.kvq: test_pty_session, commands need a terminal.) */
+static void test_prompt_cache(void **state) {
+    char cache[1024], args[4096];
+    snprintf(cache, sizeof cache, "%s/prompt.kvq", tu_tmpdir());
+    remove(cache);
+    const char *p = "-p 'The jury said that the city of Atlanta should' -n 8 --temp 0 -t 1 --ids";
+    int st;
+    snprintf(args, sizeof args, "%s --prompt-cache %s", p, cache);
+    char *cold = chat_pipe(p, "", 0, &st);
+    assert_int_equal(st, 0);
+    char *a = chat_pipe(args, "", 0, &st);
+    if (st != 0) fail_msg("exit %d: %s", st, g_err);
+    assert_string_equal(a, cold);
+    FILE *f = fopen(cache, "rb");
+    if (!f) fail_msg("no cache file written: %s", g_err);
+    fclose(f);
+    char *b = chat_pipe(args, "", 0, &st);
+    assert_int_equal(st, 0);
+    assert_string_equal(b, cold);
+    if (!strstr(g_err, "taken from the cache file") || strstr(g_err, ": 0 of")) fail_msg("second run: %s", g_err);
+    free(a);
+    free(b);
+    /* q4 cache types: the f16 file is refused with a warning, the run goes on */
+    snprintf(args, sizeof args, "%s --prompt-cache %s -ctk q4 -ctv q4", p, cache);
+    a = chat_pipe(args, "", 0, &st);
+    assert_int_equal(st, 0);
+    if (!strstr(g_err, "warning") || !strstr(g_err, "-ctk")) fail_msg("q4 run with an f16 file: %s", g_err);
+    free(a);
+    /* damaged */
+    f = fopen(cache, "r+b");
+    fseek(f, 200, SEEK_SET);
+    fputc(0x5a, f);
+    fclose(f);
+    snprintf(args, sizeof args, "%s --prompt-cache %s", p, cache);
+    a = chat_pipe(args, "", 0, &st);
+    assert_int_equal(st, 0);
+    assert_string_equal(a, cold);
+    if (!strstr(g_err, "warning") || !strstr(g_err, "damaged")) fail_msg("damaged file: %s", g_err);
+    free(a);
+    free(cold);
+}
+
 /* A template model: the second turn evaluates only what is new. */
 static void test_template_incremental(void **state) {
     const char *dir = tu_fixture("models/llama3-tiny-aqlm-1x16g16");
@@ -293,11 +337,13 @@ static void test_pty_session(void **state) {
     type(&t, cmd);
     wait_for(&t, "saved ", T); /* 4 messages, or 2 when the first long reply was dropped */
     wait_for(&t, " messages to ", T);
+    wait_for(&t, "tokens of KV cache to ", T); /* FILE.kvq beside it */
     wait_for(&t, PROMPT, T);
     snprintf(cmd, sizeof cmd, "/load %s/conv.json\r", home);
     type(&t, cmd);
     wait_for(&t, "loaded ", T);
     wait_for(&t, " messages from ", T);
+    wait_for(&t, "tokens of KV cache restored", T);
     wait_for(&t, PROMPT, T);
     type(&t, "/reset\r");
     wait_for(&t, "conversation cleared", T);
@@ -379,6 +425,7 @@ int main(void) {
         cmocka_unit_test(test_pty_session),          cmocka_unit_test(test_pty_ctrl_c_exits),
         cmocka_unit_test(test_piped_lines),          cmocka_unit_test(test_ten_turns_small_context),
         cmocka_unit_test(test_template_incremental), cmocka_unit_test(test_keep),
+        cmocka_unit_test(test_prompt_cache),
         cmocka_unit_test(test_one_shot_modes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

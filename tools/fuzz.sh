@@ -1,13 +1,13 @@
 #!/bin/sh
 # Builds the libFuzzer targets (clang, ASan + UBSan) in build-fuzz and runs one.
 # usage: tools/fuzz.sh TARGET SECONDS [libFuzzer options...]
-#   TARGET: safetensors st_index config tokenizer_load encode decode chat_template server_request (or "list")
+#   TARGET: safetensors st_index config tokenizer_load encode decode chat_template server_request session (or "list")
 # The growing corpus is kept in build-fuzz/corpus/TARGET; seeds are regenerated
 # from the demo model and ../shared into build-fuzz/fuzz-seeds/TARGET. Crashes
 # land in build-fuzz/crashes/. CC (default clang-14, then clang) picks the compiler.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-targets="safetensors st_index config tokenizer_load encode decode chat_template server_request"
+targets="safetensors st_index config tokenizer_load encode decode chat_template server_request session"
 if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
     echo "usage: tools/fuzz.sh TARGET SECONDS [libFuzzer options...]  (targets: $targets)"
     exit 0
@@ -24,6 +24,11 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
     CC=$cc cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DKVQ_FUZZ=ON -DKVQ_VULKAN=OFF -DKVQ_BUILD_TESTS=OFF >/dev/null
 fi
 cmake --build "$build" -j2 --target "kvq-fuzz-$t" >/dev/null
+# the session seeds are real files kvq-chat writes (fuzz/make_seeds.sh)
+if [ "$t" = session ]; then
+    cmake --build "$build" -j2 --target kvq-chat >/dev/null
+    export KVQ_CHAT="$build/kvq-chat"
+fi
 shared=$(cd "$root/.." && pwd)/shared
 sh "$root/fuzz/make_seeds.sh" "$build/fuzz-seeds" "$shared" "$t"
 mkdir -p "$build/corpus/$t" "$build/crashes"

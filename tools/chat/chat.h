@@ -13,7 +13,7 @@
 extern const char *CHAT_PROG;
 
 typedef struct {
-    const char *model, *prompt, *prompt_file, *logits_out, *backend, *device, *chat_template, *system;
+    const char *model, *prompt, *prompt_file, *logits_out, *backend, *device, *chat_template, *system, *prompt_cache;
     long n_predict; /* -1: until end of turn or context; -2: not given */
     long n_ctx, n_batch, threads, keep, seed;
     kvq_sampler_params sp;
@@ -51,6 +51,7 @@ typedef struct {
     double t_prompt, t_gen;
     long n_prompt_eval, n_gen;
     int n_shifts;
+    int cache_saved; /* --prompt-cache written this run (after the first turn's prompt) */
 } chat_session;
 
 int chat_session_init(chat_session *S, const chat_opts *o, kvq_model *m, kvq_context *c);
@@ -61,7 +62,12 @@ int chat_turn(chat_session *S, const char *text);
 void chat_reset(chat_session *S);
 /* Replaces (or with NULL removes) the system message. */
 int chat_set_system(chat_session *S, const char *text);
-/* /save and /load: the conversation as a JSON list of {"role", "content"}. */
+/* The KV cache to / from a session file (kvq_context_save/restore) with the tokens it holds;
+ * a refused file is a notice, and the cache stays as it was. Returns 0 when done. */
+int chat_cache_save(chat_session *S, const char *path);
+int chat_cache_restore(chat_session *S, const char *path);
+/* /save and /load: the conversation as a JSON list of {"role", "content"}, and its KV cache
+ * beside it in FILE.kvq (restored by /load when it matches the model and cache types). */
 int chat_save(const chat_session *S, const char *path);
 int chat_load(chat_session *S, const char *path);
 void chat_print_stats(const chat_session *S, FILE *f);

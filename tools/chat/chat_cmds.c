@@ -12,8 +12,10 @@ static const char HELP[] =
     "  /reset          forget the conversation (the system message stays)\n"
     "  /stats          speeds, tokens in context, KV cache bytes, backend, threads, seed\n"
     "  /system [TEXT]  set (or with no TEXT, remove) the system message\n"
-    "  /save FILE      write the conversation as a JSON list of {\"role\", \"content\"}\n"
-    "  /load FILE      read a conversation written by /save (or any such list)\n"
+    "  /save FILE      write the conversation as a JSON list of {\"role\", \"content\"},\n"
+    "                  and its KV cache to FILE.kvq\n"
+    "  /load FILE      read a conversation written by /save (or any such list), and FILE.kvq\n"
+    "                  when there: no need to evaluate the conversation again\n"
     "  /quit           exit (as do Ctrl-D, and Ctrl-C at an empty prompt)\n"
     "  A line ending in \\ continues on the next line. Ctrl-C stops a reply.\n";
 
@@ -141,10 +143,21 @@ int chat_command(chat_session *S, const char *line) {
         chat_notice(S, *a ? "system message set" : "system message removed");
     } else if ((a = arg_of(line, "/save"))) {
         if (!*a) chat_notice(S, "/save needs a file name");
-        else if (!chat_save(S, a)) chat_notice(S, "saved %d messages to %s", S->n_msgs, a);
+        else if (!chat_save(S, a)) {
+            char kv[4096];
+            snprintf(kv, sizeof kv, "%s.kvq", a);
+            if (S->n_ids > 0 && !chat_cache_save(S, kv))
+                chat_notice(S, "saved %d messages to %s, %d tokens of KV cache to %s", S->n_msgs, a, S->n_ids, kv);
+            else
+                chat_notice(S, "saved %d messages to %s", S->n_msgs, a);
+        }
     } else if ((a = arg_of(line, "/load"))) {
         if (!*a) chat_notice(S, "/load needs a file name");
-        else chat_load(S, a);
+        else if (!chat_load(S, a)) {
+            char kv[4096];
+            snprintf(kv, sizeof kv, "%s.kvq", a);
+            if (access(kv, F_OK) == 0) chat_cache_restore(S, kv); /* the next turn keeps what matches */
+        }
     } else chat_notice(S, "unknown command '%s' (/help lists them)", line);
     return 0;
 }

@@ -52,6 +52,27 @@ int chat_session_init(chat_session *S, const chat_opts *o, kvq_model *m, kvq_con
                                 kvq_chat_template_name(S->t), kvq_last_error());
     }
     if (o->system && chat_set_system(S, o->system)) return 1;
+    if (o->prompt_cache && access(o->prompt_cache, F_OK) == 0) chat_cache_restore(S, o->prompt_cache);
+    return 0;
+}
+
+int chat_cache_save(chat_session *S, const char *path) {
+    if (kvq_context_save(S->c, path, S->ids, S->n_ids) != KVQ_OK) {
+        chat_notice(S, "%s", kvq_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+int chat_cache_restore(chat_session *S, const char *path) {
+    int n = 0;
+    if (kvq_context_restore(S->c, path, S->ids, S->cap_ids, &n) != KVQ_OK) {
+        chat_notice(S, "%s; starting without it", kvq_last_error());
+        S->n_ids = kvq_n_past(S->c); /* unchanged, unless the device failed mid-write (then 0) */
+        return -1;
+    }
+    S->n_ids = n;
+    chat_notice(S, "%s: %d tokens of KV cache restored", path, n);
     return 0;
 }
 
@@ -419,6 +440,8 @@ int chat_turn(chat_session *S, const char *text) {
     while (reused < S->n_ids && reused < nw && S->ids[reused] == w[reused]) reused++;
     int r = sync_cache(S, w, nw);
     free(w);
+    if (r == 0 && S->o->prompt_cache && !S->cache_saved && reused < S->n_ids) /* what the next run can start from */
+        S->cache_saved = !chat_cache_save(S, S->o->prompt_cache);
     if (S->o->verbose_prompt)
         chat_notice(S, "turn: %d tokens evaluated, %d reused from the cache", S->n_ids - reused, reused);
     if (dropped) {

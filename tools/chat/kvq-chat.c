@@ -58,6 +58,8 @@ static void usage(FILE *f) {
             "  --ids                 with -p: print generated token ids instead of text\n"
             "  --verbose-prompt      print the prompt's token ids on stderr\n"
             "  --logits-out FILE     with -p: write float32 logits of the last prompt position\n"
+            "  --prompt-cache FILE   KV cache of the prompt on disk: start from the longest prefix FILE\n"
+            "                        holds (same model, -ctk/-ctv), and write it there when it grew\n"
             "  -h, --help            this help\n"
             "  --version             print the version\n"
             "In a conversation, /help lists the commands (/reset, /stats, /system, /save, /load, /quit).\n");
@@ -90,6 +92,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         else if (IS("-p", "--prompt")) { NEED_ARG(); o->prompt = v; }
         else if (IS("-f", "--file")) { NEED_ARG(); o->prompt_file = v; }
         else if (IS("--logits-out", "--logits-out")) { NEED_ARG(); o->logits_out = v; }
+        else if (IS("--prompt-cache", "--prompt-cache")) { NEED_ARG(); o->prompt_cache = v; }
         else if (IS("--chat-template", "--chat-template")) { NEED_ARG(); o->chat_template = v; }
         else if (IS("--system", "-sys")) { NEED_ARG(); o->system = v; }
         else if (IS("--ids", "--ids")) o->print_ids = 1;
@@ -170,6 +173,28 @@ static int32_t *prompt_ids(const chat_opts *o, const kvq_tokenizer *tok, const c
     return ids;
 }
 
+/* --prompt-cache: restores the file into c when it is there and keeps the prefix it shares
+ * with the prompt (one token short of all of it: the last is evaluated again for logits).
+ * Returns where evaluation starts; a refused file is a warning and a cold start. */
+static int prompt_cache_load(kvq_context *c, const chat_opts *o, const int32_t *ids, int n) {
+    if (!o->prompt_cache || access(o->prompt_cache, F_OK) != 0) return 0;
+    int32_t *saved = malloc(sizeof *saved * (size_t)kvq_n_ctx(c));
+    int n_saved = 0, p = 0;
+    if (!saved || kvq_context_restore(c, o->prompt_cache, saved, kvq_n_ctx(c), &n_saved) != KVQ_OK) {
+        fprintf(stderr, "%s: warning: %s; evaluating the whole prompt\n", P, saved ? kvq_last_error() : "out of memory");
+        free(saved);
+        kvq_kv_truncate(c, 0);
+        return 0;
+    }
+    while (p < n_saved && p < n && saved[p] == ids[p]) p++;
+    if (p == n) p = n - 1;
+    free(saved);
+    kvq_kv_truncate(c, p);
+    fprintf(stderr, "%s: %s: %d of the prompt's %d tokens taken from the cache file (the time below counts the rest)\n", P,
+            o->prompt_cache, p, n);
+    return p;
+}
+
 static int one_shot(kvq_context *c, const kvq_model *m, kvq_sampler *s, const chat_opts *o, int n_ctx) {
     const kvq_tokenizer *tok = kvq_model_tokenizer(m);
     char *file_text = NULL;
@@ -193,8 +218,10 @@ static int one_shot(kvq_context *c, const kvq_model *m, kvq_sampler *s, const ch
         return kvq_tool_die(P, "prompt is %d tokens, the context holds %d (-c %d would fit)", n, n_ctx, n + 128);
     }
     double t0 = kvq_tool_now();
-    int rc = 0;
-    if (kvq_eval(c, ids, n) != KVQ_OK) rc = kvq_tool_die(P, "%s", kvq_last_error());
+    int rc = 0, from = prompt_cache_load(c, o, ids, n);
+    if (kvq_eval(c, ids + from, n - from) != KVQ_OK) rc = kvq_tool_die(P, "%s", kvq_last_error());
+    if (!rc && o->prompt_cache && from < n - 1 && kvq_context_save(c, o->prompt_cache, ids, n) != KVQ_OK)
+        fprintf(stderr, "%s: warning: %s\n", P, kvq_last_error());
     double t1 = kvq_tool_now();
     if (!rc && o->logits_out) {
         FILE *f = fopen(o->logits_out, "wb");
@@ -234,8 +261,8 @@ static int one_shot(kvq_context *c, const kvq_model *m, kvq_sampler *s, const ch
     free(file_text);
     if (rc) return rc;
     double t2 = kvq_tool_now();
-    fprintf(stderr, "%s: prompt %d tokens in %.3f s (%.1f tok/s), generated %ld tokens in %.3f s (%.1f tok/s)\n", P, n,
-            t1 - t0, n / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0);
+    fprintf(stderr, "%s: prompt %d tokens in %.3f s (%.1f tok/s), generated %ld tokens in %.3f s (%.1f tok/s)\n", P,
+            n - from, t1 - t0, (n - from) / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0);
     fprintf(stderr, "%s: KV cache %.2f MiB in use of %.2f MiB allocated (K %s, V %s)\n", P,
             (double)kvq_kv_bytes_used(c) / (1 << 20), (double)kvq_kv_bytes_total(c) / (1 << 20),
             kvq_cache_type_name((kvq_cache_type)o->type_k), kvq_cache_type_name((kvq_cache_type)o->type_v));
