@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #include "common.h"
@@ -42,9 +43,11 @@ static void usage(FILE *f) {
             "                        (default: recognized from tokenizer_config.json)\n"
             "  --alias NAME          model id in /v1/models and in answers (default: the directory's name)\n"
             "  --api-key KEY         require 'Authorization: Bearer KEY' (all routes but / and /health)\n"
+            "  --slot-save-path DIR  where POST /slots/{id}?action=save|restore keep slots' KV caches\n"
             "  -h, --help            this help\n"
             "  --version             print the version\n"
             "Routes: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
+            "        POST /slots/{id}?action=save|restore|erase (save/restore: body {\"filename\": NAME});\n"
             "        GET /v1/models, /health, /metrics, / (chat page). SIGINT/SIGTERM: exit 0.\n");
 }
 
@@ -78,6 +81,7 @@ static int parse(int argc, char **argv, srv_opts *o) {
         else if (IS("--api-key", "--api-key")) { NEED_ARG(); o->api_key = v; }
         else if (IS("--port", "--port")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 65535, &o->port)) goto bad; }
         else if (IS("-np", "--parallel")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 256, &o->n_slots)) goto bad; }
+        else if (IS("--slot-save-path", "--slot-save-path")) { NEED_ARG(); o->slot_save_path = v; }
         else if (IS("--queue", "--queue")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 20, &o->queue)) goto bad; }
         else if (IS("--chunk", "--chunk")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->chunk)) goto bad; }
         else return kvq_tool_die(P, "unknown option '%s' (see --help)", a) + 1;
@@ -88,6 +92,9 @@ static int parse(int argc, char **argv, srv_opts *o) {
 #undef IS
     }
     if (o->chat_template && kvq_tool_check_template_name(P, o->chat_template)) return 1;
+    struct stat st;
+    if (o->slot_save_path && (stat(o->slot_save_path, &st) != 0 || !S_ISDIR(st.st_mode)))
+        return kvq_tool_die(P, "%s: --slot-save-path is not a directory", o->slot_save_path) + 1;
     return 0;
 }
 

@@ -94,7 +94,7 @@ typedef struct srv_req {
 } srv_req;
 
 typedef struct srv_metrics {
-    unsigned long requests[8], errors_4xx, errors_5xx, rejected_busy, queued_total, disconnects;
+    unsigned long requests[9], errors_4xx, errors_5xx, rejected_busy, queued_total, disconnects;
     unsigned long prompt_tokens, prompt_tokens_cached, gen_tokens, steps;
     double prompt_seconds, gen_seconds, gen_tps_ema;
 } srv_metrics;
@@ -106,6 +106,7 @@ typedef struct {
     long port, n_slots, n_ctx, n_batch, chunk, threads, queue;
     int ngl; /* -ngl: layers on the GPU backend, -1 all */
     int type_k, type_v, kv_rotate, aqlm_cb8, aqlm_lut8, aqlm_i8, exact;
+    const char *slot_save_path; /* --slot-save-path: the directory slot save/restore files live in */
 } srv_opts;
 
 /* Loads nothing: takes the model, makes one context per slot and starts the scheduler thread. */
@@ -125,6 +126,17 @@ int srv_req_wait(srv_server *s, srv_req *r, int ms, char **chunk, size_t *n_chun
 void srv_req_cancel(srv_server *s, srv_req *r);
 void srv_req_release(srv_server *s, srv_req *r);
 
+/* POST /slots/{id}?action=save|restore|erase: runs on the scheduler thread once the slot has
+ * no request (it waits for the running one to end). path: the session file (save, restore).
+ * 0 with res filled, or -1 with e filled. */
+enum { SRV_SLOT_SAVE, SRV_SLOT_RESTORE, SRV_SLOT_ERASE };
+typedef struct {
+    int n_tokens;  /* saved, restored or erased */
+    size_t bytes;  /* the file's size (save, restore) */
+    double ms;
+} srv_slot_result;
+int srv_slot_action(srv_server *s, int slot, int action, const char *path, srv_slot_result *res, srv_error *e);
+
 int srv_n_ctx(const srv_server *s);
 int srv_n_slots(const srv_server *s);
 kvq_model *srv_model(srv_server *s);
@@ -139,7 +151,7 @@ void srv_count_request(srv_server *s, int route, int status);
 
 /* ---- server_metrics.c ------------------------------------------------------ */
 enum { SRV_ROUTE_CHAT, SRV_ROUTE_COMPLETION, SRV_ROUTE_MODELS, SRV_ROUTE_HEALTH, SRV_ROUTE_TOKENIZE,
-       SRV_ROUTE_DETOKENIZE, SRV_ROUTE_METRICS, SRV_ROUTE_UI };
+       SRV_ROUTE_DETOKENIZE, SRV_ROUTE_METRICS, SRV_ROUTE_UI, SRV_ROUTE_SLOTS };
 /* Prometheus text exposition of a snapshot; malloc'd. */
 char *srv_metrics_text(const srv_snapshot *sn);
 

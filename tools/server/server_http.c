@@ -3,6 +3,7 @@
  * JSON answers and server-sent events. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -422,6 +423,61 @@ static mhd_result detokenize(srv_http *h, struct MHD_Connection *c, const body *
     return send_json(h, c, SRV_ROUTE_DETOKENIZE, 200, j);
 }
 
+/* A slot file's name: letters, digits, '.', '_', '-', not starting with '.' (no way out of
+ * --slot-save-path). */
+static int good_filename(const char *f) {
+    size_t n = strlen(f);
+    if (n == 0 || n > 200 || f[0] == '.') return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)f[i]) && !strchr("._-", f[i])) return 0;
+    return 1;
+}
+
+/* POST /slots/{id}?action=save|restore (body {"filename": NAME}, under --slot-save-path) or
+ * action=erase: a slot's KV cache to or from disk, as llama-server's route. */
+static mhd_result slots(srv_http *h, struct MHD_Connection *c, const char *url, const body *b) {
+    srv_error e = {0};
+    const char *id_s = url + strlen("/slots/"), *act = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
+    char *end;
+    long id = strtol(id_s, &end, 10);
+    int action = !act ? -1 : !strcmp(act, "save") ? SRV_SLOT_SAVE : !strcmp(act, "restore") ? SRV_SLOT_RESTORE
+                                                   : !strcmp(act, "erase")  ? SRV_SLOT_ERASE : -1;
+    if (!*id_s || *end || id < 0 || id > 1 << 20) srv_fail(&e, 400, NULL, "/slots/%.40s: the slot id is a number", id_s);
+    else if (action < 0) srv_fail(&e, 400, NULL, "action=%.40s: want save, restore or erase", act ? act : "(none)");
+    if (e.status) return send_error(h, c, SRV_ROUTE_SLOTS, &e);
+    char path[4096] = "", name[256] = "";
+    if (action != SRV_SLOT_ERASE) {
+        if (!h->o->slot_save_path) {
+            srv_fail(&e, 501, "not_supported", "slot %s needs the server started with --slot-save-path DIR", act);
+            return send_error(h, c, SRV_ROUTE_SLOTS, &e);
+        }
+        cJSON *j = cJSON_ParseWithLength(b->p ? b->p : "", b->n);
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, "filename");
+        if (!cJSON_IsString(f) || !good_filename(f->valuestring))
+            srv_fail(&e, 400, NULL, "'filename': a file name of letters, digits, '.', '_' and '-' (not starting with '.')");
+        else
+            snprintf(name, sizeof name, "%s", f->valuestring);
+        cJSON_Delete(j);
+        if (e.status) return send_error(h, c, SRV_ROUTE_SLOTS, &e);
+        snprintf(path, sizeof path, "%s/%s", h->o->slot_save_path, name);
+    }
+    srv_slot_result r = {0};
+    if (srv_slot_action(h->s, (int)id, action, path, &r, &e)) return send_error(h, c, SRV_ROUTE_SLOTS, &e);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "id_slot", (double)id);
+    if (action == SRV_SLOT_ERASE) {
+        cJSON_AddNumberToObject(j, "n_erased", r.n_tokens);
+    } else {
+        int save = action == SRV_SLOT_SAVE;
+        cJSON_AddStringToObject(j, "filename", name);
+        cJSON_AddNumberToObject(j, save ? "n_saved" : "n_restored", r.n_tokens);
+        cJSON_AddNumberToObject(j, save ? "n_written" : "n_read", (double)r.bytes);
+        cJSON *t = cJSON_AddObjectToObject(j, "timings");
+        cJSON_AddNumberToObject(t, save ? "save_ms" : "restore_ms", r.ms);
+    }
+    return send_json(h, c, SRV_ROUTE_SLOTS, 200, j);
+}
+
 static mhd_result models(srv_http *h, struct MHD_Connection *c) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "object", "list");
@@ -536,6 +592,7 @@ static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url, 
             route = ROUTES[i].route;
             post = ROUTES[i].post;
         }
+    if (!strncmp(url, "/slots/", 7)) route = SRV_ROUTE_SLOTS, post = 1;
     if (!strcmp(method, "OPTIONS")) { /* CORS preflight */
         struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
         if (!r) return MHD_NO;
@@ -565,6 +622,7 @@ static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url, 
     case SRV_ROUTE_MODELS: return models(h, c);
     case SRV_ROUTE_HEALTH: return health(h, c);
     case SRV_ROUTE_METRICS: return metrics(h, c);
+    case SRV_ROUTE_SLOTS: return slots(h, c, url, b);
     default: return ui(h, c);
     }
 }

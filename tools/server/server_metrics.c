@@ -45,12 +45,12 @@ static void metric(tbuf *b, const char *name, const char *type, const char *help
 }
 
 char *srv_metrics_text(const srv_snapshot *sn) {
-    static const char *const routes[8] = {"chat_completions", "completions", "models", "health",
-                                          "tokenize", "detokenize", "metrics", "ui"};
+    static const char *const routes[9] = {"chat_completions", "completions", "models", "health",
+                                          "tokenize", "detokenize", "metrics", "ui", "slots"};
     tbuf b = {0};
     const srv_metrics *m = &sn->m;
     put(&b, "# HELP kvq_requests_total HTTP requests answered, by route.\n# TYPE kvq_requests_total counter\n");
-    for (int i = 0; i < 8; i++) put(&b, "kvq_requests_total{route=\"%s\"} %lu\n", routes[i], m->requests[i]);
+    for (int i = 0; i < 9; i++) put(&b, "kvq_requests_total{route=\"%s\"} %lu\n", routes[i], m->requests[i]);
     put(&b, "# HELP kvq_request_errors_total Requests answered with an error status.\n"
             "# TYPE kvq_request_errors_total counter\n"
             "kvq_request_errors_total{class=\"4xx\"} %lu\nkvq_request_errors_total{class=\"5xx\"} %lu\n",

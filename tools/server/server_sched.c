@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "common.h"
@@ -48,6 +49,16 @@ typedef struct {
     int n_saved; /* the logits follow ids[0..n_saved); 0: none */
 } slot;
 
+/* A slot action waiting for the scheduler thread (srv_slot_action). */
+typedef struct slot_job {
+    int slot, action, done;
+    const char *path;
+    srv_slot_result res;
+    srv_error err;
+    pthread_cond_t cv;
+    struct slot_job *next;
+} slot_job;
+
 struct srv_server {
     kvq_model *m;
     const kvq_tokenizer *tok;
@@ -59,6 +70,7 @@ struct srv_server {
     pthread_t th;
     int stop, started, n_queued, prefill_next;
     srv_req *q_head, *q_tail;
+    slot_job *jobs; /* slot actions, run between steps when their slot is free */
     long next_id;
     int step_ms; /* KVQ_SERVER_STEP_MS: a pause per step, so tests can watch replies stream */
     srv_metrics met;
@@ -486,6 +498,83 @@ static void step(srv_server *s) {
     }
 }
 
+static long file_bytes(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Outside the lock, on the scheduler thread (the backends are not shared between threads):
+ * one slot action on a slot that has no request. */
+static void run_job(srv_server *s, slot_job *j) {
+    slot *sl = &s->slots[j->slot];
+    double t0 = kvq_tool_now();
+    kvq_status st = KVQ_OK;
+    if (j->action == SRV_SLOT_SAVE) {
+        st = kvq_context_save(sl->c, j->path, sl->ids, sl->n_ids);
+        j->res.n_tokens = sl->n_ids;
+    } else if (j->action == SRV_SLOT_RESTORE) {
+        int n = 0;
+        st = kvq_context_restore(sl->c, j->path, sl->ids, s->n_ctx + 1, &n);
+        sl->n_ids = st == KVQ_OK ? n : kvq_n_past(sl->c); /* refused: as it was */
+        sl->n_saved = 0;                                 /* no logits came with it */
+        j->res.n_tokens = n;
+    } else {
+        j->res.n_tokens = sl->n_ids;
+        st = kvq_kv_truncate(sl->c, 0);
+        sl->n_ids = sl->n_saved = 0;
+    }
+    j->res.ms = 1e3 * (kvq_tool_now() - t0);
+    if (st == KVQ_OK && j->action != SRV_SLOT_ERASE) j->res.bytes = (size_t)file_bytes(j->path);
+    if (st == KVQ_ERR_IO && j->action == SRV_SLOT_RESTORE) srv_fail(&j->err, 404, "not_found", "%s", kvq_last_error());
+    else if (st == KVQ_ERR_FORMAT || st == KVQ_ERR_ARG) srv_fail(&j->err, 400, NULL, "%s", kvq_last_error());
+    else if (st != KVQ_OK) srv_fail(&j->err, 500, NULL, "%s", kvq_last_error());
+}
+
+/* Under the lock: runs the queued slot actions whose slot is free (the lock is dropped
+ * around each); the others wait for their slot's request to end. */
+static void run_jobs(srv_server *s) {
+    for (slot_job **pp = &s->jobs; *pp;) {
+        slot_job *j = *pp;
+        if (s->slots[j->slot].r) {
+            pp = &j->next;
+            continue;
+        }
+        *pp = j->next;
+        pthread_mutex_unlock(&s->mu);
+        run_job(s, j);
+        pthread_mutex_lock(&s->mu);
+        j->done = 1;
+        pthread_cond_broadcast(&j->cv);
+        pp = &s->jobs; /* the list may have changed while unlocked */
+    }
+}
+
+int srv_slot_action(srv_server *s, int slot, int action, const char *path, srv_slot_result *res, srv_error *e) {
+    if (slot < 0 || slot >= s->n_slots)
+        return srv_fail(e, 400, NULL, "no slot %d: this server has slots 0..%d (-np %d)", slot, s->n_slots - 1, s->n_slots);
+    slot_job j = {.slot = slot, .action = action, .path = path};
+    pthread_cond_init(&j.cv, NULL);
+    pthread_mutex_lock(&s->mu);
+    if (s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        pthread_cond_destroy(&j.cv);
+        return srv_fail(e, 503, "shutting_down", "the server is shutting down");
+    }
+    slot_job **pp = &s->jobs;
+    while (*pp) pp = &(*pp)->next;
+    *pp = &j;
+    pthread_cond_signal(&s->cv);
+    while (!j.done) pthread_cond_wait(&j.cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    pthread_cond_destroy(&j.cv);
+    *res = j.res;
+    if (j.err.status) {
+        *e = j.err;
+        return -1;
+    }
+    return 0;
+}
+
 static void *sched_main(void *arg) {
     srv_server *s = arg;
     pthread_mutex_lock(&s->mu);
@@ -494,6 +583,7 @@ static void *sched_main(void *arg) {
             slot *sl = &s->slots[i];
             if (sl->r && sl->r->cancelled) finish_slot(s, sl, SRV_FINISH_STOP);
         }
+        run_jobs(s);
         admit(s);
         int busy = 0;
         for (int i = 0; i < s->n_slots; i++) busy += s->slots[i].r != NULL;
@@ -513,7 +603,13 @@ static void *sched_main(void *arg) {
         for (int i = 0; i < s->n_slots; i++) used += kvq_kv_bytes_used(s->slots[i].c);
         s->kv_used = used;
     }
-    /* shutting down: queued requests fail, running ones end here */
+    /* shutting down: slot actions still queued fail, as do queued requests; running ones end here */
+    for (slot_job *j = s->jobs; j; j = s->jobs) {
+        s->jobs = j->next;
+        srv_fail(&j->err, 503, "shutting_down", "the server is shutting down");
+        j->done = 1;
+        pthread_cond_broadcast(&j->cv);
+    }
     while (s->q_head) {
         srv_req *r = s->q_head;
         s->q_head = r->next;
@@ -616,7 +712,7 @@ void srv_snapshot_get(srv_server *s, srv_snapshot *out) {
 
 void srv_count_request(srv_server *s, int route, int status) {
     pthread_mutex_lock(&s->mu);
-    if (route >= 0 && route < 8) s->met.requests[route]++;
+    if (route >= 0 && route < 9) s->met.requests[route]++;
     if (status >= 400 && status < 500) s->met.errors_4xx++;
     if (status >= 500) s->met.errors_5xx++;
     pthread_mutex_unlock(&s->mu);
