@@ -124,6 +124,23 @@ test("a repeated prompt reuses the cached prefix", async () => {
   assert.ok((await metric(srv.url, "prompt_tokens_cached_total")) > 0);
 });
 
+test("two conversations taking turns on two slots each keep their cache", async () => {
+  // a new conversation sharing only BOS with a slot's takes the other (least recently used) slot
+  const turn = (msgs) => client.chat.completions.create({ model: "demo", messages: msgs, max_tokens: 6, temperature: 0 });
+  const convs = ["Alpha said that the city", "Bravo wrote to the county"].map((t) => [{ role: "user", content: t }]);
+  const first = [];
+  for (const msgs of convs) {
+    const r = await turn(msgs);
+    first.push(r.usage.prompt_tokens);
+    msgs.push({ role: "assistant", content: r.choices[0].message.content }, { role: "user", content: "and then?" });
+  }
+  for (const [i, msgs] of convs.entries()) {
+    const r = await turn(msgs);
+    assert.ok(r.usage.prompt_tokens_details.cached_tokens >= first[i] - 1,
+              `conversation ${i}: turn 2 cached ${r.usage.prompt_tokens_details.cached_tokens} of ${first[i]}`);
+  }
+});
+
 test("tokenize and detokenize round trip", async () => {
   const t = await postJSON(srv.url + "/tokenize", { content: "Hello world" });
   assert.ok(t.json.tokens.length >= 2);

@@ -211,20 +211,24 @@ srv_req *srv_submit(srv_server *s, const srv_params *p, int32_t *prompt, int n_p
     return r;
 }
 
-/* Under the lock: the free slot sharing the longest cached prefix with r's prompt. */
+/* Under the lock: the free slot whose cache serves r: the longest shared prefix among the slots
+ * that would keep at least half of what they hold, or that hold all of r's prompt (r continues
+ * or repeats that slot's conversation; an empty slot always qualifies). Otherwise the least
+ * recently used free slot: a prefix of a few tokens (BOS, a greeting) is not worth another
+ * conversation's cache, which its next turn would find gone. */
 static slot *pick_slot(srv_server *s, const srv_req *r, int *common) {
-    slot *best = NULL;
-    int best_n = -1;
+    slot *best = NULL, *lru = NULL;
+    int best_n = -1, lru_n = 0;
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->r) continue;
         int n = 0;
         while (n < sl->n_ids && n < r->n_prompt && sl->ids[n] == r->prompt[n]) n++;
-        if (n > best_n || (n == best_n && sl->last_use < best->last_use)) {
-            best = sl;
-            best_n = n;
-        }
+        if (!lru || sl->last_use < lru->last_use) lru = sl, lru_n = n;
+        if (2 * n < sl->n_ids && n < r->n_prompt) continue;
+        if (n > best_n || (n == best_n && sl->last_use < best->last_use)) best = sl, best_n = n;
     }
+    if (!best) best = lru, best_n = lru_n;
     *common = best_n;
     return best;
 }
