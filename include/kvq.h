@@ -191,7 +191,9 @@ KVQ_API kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *p, kv
 KVQ_API void kvq_context_free(kvq_context *c);
 
 /* Evaluates n tokens at positions n_past .. n_past+n-1 (n_past = tokens already in
- * the cache). Splits into n_batch pieces internally. */
+ * the cache). Splits into n_batch pieces internally. Longrope (Phi-3): a call that takes the
+ * sequence across original_max_position_embeddings, either way, first evaluates the cached
+ * tokens again with the other frequency table (as HF does). */
 KVQ_API kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n);
 /* Evaluates several contexts of the same model in one step: ctx[i] takes
  * n[i] tokens ids[i] at its own positions, with its own cache (a server's slots).

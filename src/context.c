@@ -81,9 +81,8 @@ kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_c
         .rotate_k = want_rotate(p.type_k, p.kv_rotate), .rotate_v = want_rotate(p.type_v, p.kv_rotate),
         .n_head = hp->n_head,
     };
-    /* longrope: the long factors when the context reaches past the original one (as llama.cpp decides) */
-    int long_rope = m->rope_freqs_long && p.n_ctx > hp->rope_orig_ctx;
-    c->rope_freqs = long_rope ? m->rope_freqs_long : m->rope_freqs;
+    /* longrope: the short table until a sequence grows past rope_orig_ctx (rope_follow) */
+    c->rope_freqs = m->rope_freqs;
     float af = hp->rope_scaling == KVQ_ROPE_LONGROPE ? hp->rope_attn_factor : 1.0f;
     c->attn_scale = af * af / sqrtf((float)hp->head_dim);
     int split = m->n_dev > 1 ? m->gpu_from : hp->n_layer;
@@ -102,6 +101,8 @@ kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_c
     c->logits_buf_rows = p.logits_all ? p.n_batch : 1;
     if (!s && !(c->logits = last->be->buf_new(last->b, sizeof(float) * (size_t)c->logits_buf_rows * hp->n_vocab))) s = KVQ_ERR_NOMEM;
     if (!s && !(c->logits_host = malloc(sizeof(float) * hp->n_vocab))) s = kvq_fail(KVQ_ERR_NOMEM, "out of memory for logits");
+    if (!s && m->rope_freqs_long && p.n_ctx > hp->rope_orig_ctx && !(c->hist = malloc(sizeof(int32_t) * (size_t)p.n_ctx)))
+        s = kvq_fail(KVQ_ERR_NOMEM, "out of memory for the token history");
     c->logits_cap = 1;
     if (s) {
         kvq_context_free(c);
@@ -121,6 +122,7 @@ void kvq_context_free(kvq_context *c) {
     free(c->route);
     free(c->route_w);
     free(c->logits_host);
+    free(c->hist);
     free(c);
 }
 
@@ -136,10 +138,55 @@ static kvq_status check_tokens(const kvq_context *c, const int32_t *ids, int n) 
     return KVQ_OK;
 }
 
+/* Notes n tokens about to go to positions n_past.. while the history is whole up to there. */
+static void hist_push(kvq_context *c, const int32_t *ids, int n) {
+    if (!c->hist || c->n_hist < c->n_past) return;
+    if (ids != c->hist + c->n_past) memcpy(c->hist + c->n_past, ids, sizeof(int32_t) * (size_t)n);
+    c->n_hist = c->n_past + n;
+}
+
+/* n tokens from n_past on, n_batch at a time; logits into logits_host (every row with logits_all). */
+static kvq_status eval_pieces(kvq_context *c, const int32_t *ids, int n) {
+    const int nv = c->m->hp.n_vocab;
+    for (int done = 0; done < n;) {
+        int nb = n - done < c->p.n_batch ? n - done : c->p.n_batch;
+        float *dst = c->p.logits_all ? c->logits_host + (size_t)done * nv : c->logits_host;
+        kvq_graph_seq seq = {c, 0, nb};
+        kvq_status s = kvq_graph_forward(c, &seq, 1, ids + done, nb, dst);
+        if (s) return s;
+        hist_push(c, ids + done, nb);
+        c->n_past += nb;
+        done += nb;
+    }
+    return KVQ_OK;
+}
+
+/* Longrope as HF runs it: every position on the long table exactly when the sequence, with the
+ * n tokens about to come, is longer than rope_orig_ctx. When that flips, every cached row was
+ * made with the other table (deeper layers' through earlier layers' outputs, so turning K alone
+ * would not do): the cached tokens are evaluated again, as HF's generate drops its cache at the
+ * crossing. Random rows (kvq_kv_fill_random) have no tokens and just keep going. On failure the
+ * cache holds the tokens redone so far (n_past says how many). */
+static kvq_status rope_follow(kvq_context *c, int n) {
+    const kvq_model *m = c->m;
+    if (!c->hist) return KVQ_OK;
+    const float *want = c->n_past + n > m->hp.rope_orig_ctx ? m->rope_freqs_long : m->rope_freqs;
+    if (want == c->rope_freqs) return KVQ_OK;
+    c->rope_freqs = want;
+    int redo = c->n_past;
+    if (!redo || c->n_hist < redo) return KVQ_OK;
+    c->n_past = 0;
+    int all = c->p.logits_all;
+    c->p.logits_all = 0; /* only the cache is wanted: the last row's logits, overwritten next */
+    kvq_status s = eval_pieces(c, c->hist, redo);
+    c->p.logits_all = all;
+    return s;
+}
+
 kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n) {
     const kvq_hparams *hp = &c->m->hp;
-    kvq_status cs = check_tokens(c, ids, n);
-    if (cs) return cs;
+    kvq_status s = check_tokens(c, ids, n);
+    if (s) return s;
     int rows = c->p.logits_all ? n : 1;
     if (rows > c->logits_cap) {
         float *nl = realloc(c->logits_host, sizeof(float) * (size_t)rows * hp->n_vocab);
@@ -147,20 +194,9 @@ kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n) {
         c->logits_host = nl;
         c->logits_cap = rows;
     }
-    for (int done = 0; done < n;) {
-        int nb = n - done < c->p.n_batch ? n - done : c->p.n_batch;
-        float *dst = c->p.logits_all ? c->logits_host + (size_t)done * hp->n_vocab : c->logits_host;
-        kvq_graph_seq seq = {c, 0, nb};
-        kvq_status s = kvq_graph_forward(c, &seq, 1, ids + done, nb, dst);
-        if (s) {
-            c->logits_rows = 0;
-            return s;
-        }
-        c->n_past += nb;
-        done += nb;
-    }
-    c->logits_rows = rows;
-    return KVQ_OK;
+    if (!(s = rope_follow(c, n))) s = eval_pieces(c, ids, n);
+    c->logits_rows = s ? 0 : rows;
+    return s;
 }
 
 /* One forward for all contexts when their tokens fit ctx[0]'s batch: the weights stream once
@@ -202,10 +238,13 @@ kvq_status kvq_eval_batch(kvq_context *const *ctx, const int32_t *const *ids, co
         seqs[i] = (kvq_graph_seq){ctx[i], r, n[i]};
         memcpy(all + r, ids[i], sizeof(int32_t) * (size_t)n[i]);
     }
+    /* a context crossing rope_orig_ctx first makes its own cache again, alone (rope_follow) */
+    for (int i = 0; !s && i < count; i++) s = rope_follow(ctx[i], n[i]);
     if (!s) s = kvq_graph_forward(c, seqs, count, all, total, dst);
     for (int i = 0; i < count; i++) {
         if (!s) {
             memcpy(ctx[i]->logits_host, dst + (size_t)i * nv, sizeof(float) * nv);
+            hist_push(ctx[i], ids[i], n[i]);
             ctx[i]->n_past += n[i];
         }
         ctx[i]->logits_rows = s ? 0 : 1;
@@ -220,6 +259,7 @@ int kvq_n_ctx(const kvq_context *c) { return c->p.n_ctx; }
 kvq_status kvq_kv_truncate(kvq_context *c, int n_past) {
     if (n_past < 0 || n_past > c->n_past) return kvq_fail(KVQ_ERR_ARG, "kvq_kv_truncate: %d is outside 0..%d", n_past, c->n_past);
     c->n_past = n_past; /* rows past n_past are simply overwritten later */
+    if (c->n_hist > n_past) c->n_hist = n_past;
     return KVQ_OK;
 }
 

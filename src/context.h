@@ -25,7 +25,10 @@ struct kvq_context {
     kvq_model *m;
     kvq_context_params p;
     int n_past;
-    const float *rope_freqs; /* the model's short or long (longrope past rope_orig_ctx) frequencies */
+    const float *rope_freqs; /* the table the cache was made with: longrope's long one while n_past is past rope_orig_ctx */
+    int32_t *hist;           /* longrope with n_ctx past rope_orig_ctx: the token at each cache position, to make the
+                              * cache again with the other table when the sequence crosses rope_orig_ctx; else NULL */
+    int n_hist;              /* hist[0 .. n_hist-1] are known (kvq_kv_fill_random's rows are not) */
     float attn_scale;        /* 1/sqrt(head_dim), times longrope's attention factor squared */
     kvq_acts act[2];         /* per kvq_model.dev */
     float *xfer;             /* the residual crossing from the CPU's layers to the GPU's [n_batch][n_embd] */

@@ -135,9 +135,9 @@ static int teardown(void **state) {
         }                                                                                   \
     } while (0)
 
-/* A context just large enough for prompt k and its greedy tokens: kvq picks longrope's factors
- * by the context size (llama.cpp's rule), so Phi-3's short prompt runs on short_factor as in
- * the reference, and its long one on long_factor from the first token. */
+/* A context just large enough for prompt k and its greedy tokens (Phi-3: short_factor for the
+ * short prompt, long_factor for prompt2, whose 94 tokens pass 64 from its first call; a context
+ * far larger than that: test_big_context). */
 static kvq_context *new_ctx_for(const fixture *f, int k, kvq_cache_type t, int n_batch) {
     kvq_context_params p = kvq_context_default_params();
     p.n_ctx = f->p[k].n_ids + f->p[k].n_greedy + 1;
@@ -192,8 +192,8 @@ static void test_greedy(void **state) {
 }
 
 /* The prompt fed one token at a time, and in batches of 3, gives the batch logits
- * (Phi-3's prompt2 crosses original_max_position_embeddings mid-prompt: HF then runs
- * the whole sequence on long_factor, as kvq does for a context longer than it). */
+ * (Phi-3's prompt2 crosses original_max_position_embeddings mid-prompt: fed one token at a
+ * time, kvq evaluates its first 64 tokens again on long_factor at the crossing, as HF does). */
 static void test_batch_vs_single(void **state) {
     fixture *f = *state;
     NEED_MODEL(f);
@@ -212,6 +212,87 @@ static void test_batch_vs_single(void **state) {
         kvq_context_free(one);
         kvq_context_free(three);
     }
+}
+
+/* Longrope (Phi-3) picks its table by the sequence length, as HF does, not by the context size.
+ * A context much longer than original_max_position_embeddings (64 in the fixture): (1) the short
+ * prompt still matches its short_factor reference and (2) prompt2 its long_factor one; (3) a
+ * sequence that grows past 64 (one token at a time, then through kvq_eval_batch beside another
+ * context) ends where a fresh evaluation of it does; (4) cut back below 64 it runs on
+ * short_factor again. Other families: the same checks of context-size independence. */
+#define BIG_CTX 512
+
+static kvq_context *new_big_ctx(const fixture *f, int n_batch) {
+    kvq_context_params p = kvq_context_default_params();
+    p.n_ctx = BIG_CTX;
+    p.type_k = p.type_v = KVQ_CACHE_F32;
+    p.n_batch = n_batch;
+    kvq_context *c;
+    if (kvq_context_new(f->m, &p, &c) != KVQ_OK) fail_msg("context: %s", kvq_last_error());
+    return c;
+}
+
+/* got within the reference bound of prompt k's reference logits. */
+static void expect_ref(const fixture *f, int k, const float *got, const char *what) {
+    assert_non_null(got);
+    double err = tu_rel_l2(got, f->p[k].logits, (size_t)f->n_vocab);
+    print_message("%s %s, n_ctx %d, %s: rel L2 %.2e (bound %.2g)\n", f->fam->name, PROMPT_NAME[k], BIG_CTX, what, err, f->tol);
+    if (!(err <= f->tol)) fail_msg("%s %s, %s: rel L2 %.3e > %.2g", f->fam->name, PROMPT_NAME[k], what, err, f->tol);
+}
+
+/* Two evaluations of the same tokens agree (the token-by-token bound of test_batch_vs_single). */
+static void expect_same(const fixture *f, const float *got, const float *want, const char *what) {
+    assert_non_null(got);
+    double e = tu_rel_l2(got, want, (size_t)f->n_vocab);
+    print_message("%s n_ctx %d, %s: rel %.2e\n", f->fam->name, BIG_CTX, what, e);
+    if (!(e <= 1e-4)) fail_msg("%s, %s: rel %.3e (> 1e-4)", f->fam->name, what, e);
+}
+
+static void test_big_context(void **state) {
+    fixture *f = *state;
+    NEED_MODEL(f);
+    const prompt *p0 = &f->p[0], *p2 = &f->p[1];
+    assert_true(p0->n_ids < 64 && p2->n_ids > 64 && p2->n_ids < BIG_CTX);
+    for (int k = 0; k < 2; k++) { /* (1), (2) */
+        kvq_context *c = new_big_ctx(f, 512);
+        assert_int_equal(kvq_eval(c, f->p[k].ids, f->p[k].n_ids), KVQ_OK);
+        expect_ref(f, k, kvq_logits(c), "whole prompt");
+        kvq_context_free(c);
+    }
+    /* (3) prompt2: 40 tokens at once, then one at a time past 64. The fixture's window (8) hides
+     * old rows from late positions, so the step that crosses is compared to a fresh evaluation
+     * of its 65 tokens, where the rows it sees were made just before. */
+    kvq_context *one = new_big_ctx(f, 512), *whole = new_big_ctx(f, 512), *fresh = new_big_ctx(f, 512);
+    assert_int_equal(kvq_eval(fresh, p2->ids, 65), KVQ_OK);
+    assert_int_equal(kvq_eval(one, p2->ids, 40), KVQ_OK);
+    for (int i = 40; i < p2->n_ids; i++) {
+        assert_int_equal(kvq_eval(one, p2->ids + i, 1), KVQ_OK);
+        if (i == 64) expect_same(f, kvq_logits(one), kvq_logits(fresh), "the step to 65 tokens vs all 65 at once");
+    }
+    assert_int_equal(kvq_eval(whole, p2->ids, p2->n_ids), KVQ_OK);
+    expect_same(f, kvq_logits(one), kvq_logits(whole), "prompt2 one by one from 40 vs at once");
+    expect_ref(f, 1, kvq_logits(one), "decoded past 64");
+    /* the same step inside one kvq_eval_batch, beside a context that stays short */
+    kvq_context *a = new_big_ctx(f, 512), *b = new_big_ctx(f, 512);
+    assert_int_equal(kvq_eval(a, p2->ids, 64), KVQ_OK);
+    assert_int_equal(kvq_eval(b, p0->ids, p0->n_ids - 1), KVQ_OK);
+    kvq_context *const pair[2] = {a, b};
+    const int32_t *const pids[2] = {p2->ids + 64, p0->ids + p0->n_ids - 1};
+    const int pn[2] = {1, 1};
+    assert_int_equal(kvq_eval_batch(pair, pids, pn, 2), KVQ_OK);
+    expect_same(f, kvq_logits(a), kvq_logits(fresh), "kvq_eval_batch's step to 65 tokens vs all 65 at once");
+    expect_ref(f, 0, kvq_logits(b), "batch step beside it");
+    /* (4) prompt and 60 of prompt2's tokens at once (long from the first), cut back to 7 tokens:
+     * prompt's rest runs on short_factor over rows made again with it */
+    int32_t both[128];
+    memcpy(both, p0->ids, sizeof(int32_t) * (size_t)p0->n_ids);
+    memcpy(both + p0->n_ids, p2->ids, sizeof(int32_t) * 60);
+    kvq_context *back = new_big_ctx(f, 512);
+    assert_int_equal(kvq_eval(back, both, p0->n_ids + 60), KVQ_OK);
+    assert_int_equal(kvq_kv_truncate(back, 7), KVQ_OK);
+    assert_int_equal(kvq_eval(back, p0->ids + 7, p0->n_ids - 7), KVQ_OK);
+    expect_ref(f, 0, kvq_logits(back), "after a cut back to 7");
+    kvq_context_free(one), kvq_context_free(whole), kvq_context_free(fresh), kvq_context_free(a), kvq_context_free(b), kvq_context_free(back);
 }
 
 /* q8 and q4 caches: the logits move (the cache type is in use) but stay near the reference. */
@@ -298,6 +379,7 @@ FIXTURE_SETUP(4, qwen2)
     cmocka_unit_test_setup_teardown(test_logits_f32, setup_##id, teardown),         \
         cmocka_unit_test_setup_teardown(test_greedy, setup_##id, teardown),         \
         cmocka_unit_test_setup_teardown(test_batch_vs_single, setup_##id, teardown), \
+        cmocka_unit_test_setup_teardown(test_big_context, setup_##id, teardown),   \
         cmocka_unit_test_setup_teardown(test_kv_quantized, setup_##id, teardown), \
         cmocka_unit_test_setup_teardown(test_int8_prompts, setup_##id, teardown)
 

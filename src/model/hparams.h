@@ -52,7 +52,7 @@ kvq_status kvq_hparams_load(const char *dir, kvq_hparams *hp);
 kvq_status kvq_hparams_parse(const char *text, const char *path, kvq_hparams *hp);
 void kvq_hparams_free(kvq_hparams *hp);
 /* Fills head_dim/2 inverse frequencies, applying rope_scaling; long picks longrope's long
- * factors (a context longer than rope_orig_ctx), ignored by other scalings. */
+ * factors (a sequence longer than rope_orig_ctx), ignored by other scalings. */
 void kvq_hparams_rope_freqs(const kvq_hparams *hp, float *inv_freq, int long_ctx);
 
 #endif

@@ -44,7 +44,7 @@ struct kvq_model {
     kvq_wt *out_norm, *lm_head; /* on dev[n_dev-1]; lm_head == embed when tied on one device */
     kvq_layer *layers;
     float *rope_freqs;      /* head_dim/2 inverse frequencies (host) */
-    float *rope_freqs_long; /* longrope's for contexts past rope_orig_ctx, else NULL */
+    float *rope_freqs_long; /* longrope's for sequences past rope_orig_ctx, else NULL */
     float embed_scale;      /* embeddings are multiplied by this (1, or Gemma's sqrt(n_embd)) */
     float *owned;           /* tensors the loader had to make (Gemma's 1 + norm gains) */
     size_t owned_used, owned_cap; /* floats */
