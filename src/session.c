@@ -176,9 +176,10 @@ static kvq_status header_check(const kvq_context *c, const char *path, const ses
     if (f->rotate_k != h.rotate_k || f->rotate_v != h.rotate_v)
         return kvq_fail(KVQ_ERR_ARG, "%s: saved with the K/V rotation %s/%s, this context has %s/%s (--kv-rotate)", path,
                         f->rotate_k ? "on" : "off", f->rotate_v ? "on" : "off", h.rotate_k ? "on" : "off", h.rotate_v ? "on" : "off");
-    if (f->long_rope != h.long_rope)
-        return kvq_fail(KVQ_ERR_ARG, "%s: saved with the %s RoPE factors, this context uses the %s ones", path,
-                        f->long_rope ? "long" : "short", h.long_rope ? "long" : "short");
+    /* longrope: rows made with the long table restore into a context that switches tables (one
+     * with a token history, n_ctx past rope_orig_ctx); the restore sets its table to the file's */
+    if (f->long_rope && !(c->m->rope_freqs_long && c->hist))
+        return kvq_fail(KVQ_ERR_ARG, "%s: made with the long RoPE factors, past this context's reach (-c %d)", path, c->p.n_ctx);
     if (f->n_past > (uint32_t)c->p.n_ctx)
         return kvq_fail(KVQ_ERR_ARG, "%s: holds %u positions, more than this context's %d (-c)", path, f->n_past, c->p.n_ctx);
     return KVQ_OK;
@@ -253,6 +254,11 @@ kvq_status kvq_context_restore(kvq_context *c, const char *path, int32_t *tokens
     for (int d = 0; !s && d < c->m->n_dev; d++)
         if (c->m->dev[d].be->flush) s = c->m->dev[d].be->flush(c->m->dev[d].b);
     c->n_past = s ? 0 : (int)h.n_past; /* a failed write leaves no usable positions */
+    if (!s) {
+        c->rope_freqs = h.long_rope ? c->m->rope_freqs_long : c->m->rope_freqs;
+        if (c->hist) memcpy(c->hist, tokens, sizeof(int32_t) * h.n_past); /* the next crossing redoes them */
+        c->n_hist = c->hist ? (int)h.n_past : 0;
+    }
     c->logits_rows = 0;
     if (!s) *n_tokens = (int)h.n_past;
 out:

@@ -224,10 +224,60 @@ static void test_bad_files(void **state) {
     kvq_context_free(small);
 }
 
+/* Phi-3's long RoPE: a file made past original_max_position_embeddings (the long table)
+ * restores into a context that can cross it and continues as the saver; a context that cannot
+ * (n_ctx within the original length) refuses it. */
+static void test_longrope(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = g_backend;
+    mp.n_gpu_layers = tu_env_gpu_layers();
+    mp.n_threads = 1;
+    kvq_model *m;
+    if (kvq_model_load(KVQ_SOURCE_DIR "/tests/data/models/phi3-tiny-aqlm-1x16g8", &mp, &m) != KVQ_OK)
+        fail_msg("load phi3: %s", kvq_last_error());
+    const int nv = kvq_model_n_vocab(m), n = 100; /* past the fixture's original 64 */
+    int32_t ids[101], toks[512];
+    for (int i = 0; i < 101; i++) ids[i] = (int32_t)((i * 7919 + 13) % nv);
+    kvq_context_params cp = kvq_context_default_params();
+    cp.n_ctx = 512;
+    cp.type_k = cp.type_v = KVQ_CACHE_F16;
+    kvq_context *a, *b, *small;
+    assert_int_equal(kvq_context_new(m, &cp, &a), KVQ_OK);
+    assert_int_equal(kvq_context_new(m, &cp, &b), KVQ_OK);
+    assert_int_equal(kvq_eval(a, ids, n - 1), KVQ_OK);
+    assert_int_equal(kvq_eval(a, ids + n - 1, 1), KVQ_OK);
+    const char *path = session_path("phi3-long");
+    assert_int_equal(kvq_context_save(a, path, ids, n), KVQ_OK);
+    float *want = malloc(sizeof(float) * (size_t)nv);
+    memcpy(want, kvq_logits(a), sizeof(float) * (size_t)nv);
+    int got;
+    if (kvq_context_restore(b, path, toks, 512, &got) != KVQ_OK) fail_msg("restore: %s", kvq_last_error());
+    assert_int_equal(got, n);
+    assert_int_equal(kvq_kv_truncate(b, n - 1), KVQ_OK);
+    assert_int_equal(kvq_eval(b, ids + n - 1, 1), KVQ_OK);
+    double d = tu_max_abs_diff(kvq_logits(b), want, (size_t)nv);
+    if (d > 0) fail_msg("phi3 long: restored logits differ by %g", d);
+    /* one more token each: still the same */
+    assert_int_equal(kvq_eval(a, ids + n, 1), KVQ_OK);
+    assert_int_equal(kvq_eval(b, ids + n, 1), KVQ_OK);
+    assert_true(tu_max_abs_diff(kvq_logits(b), kvq_logits(a), (size_t)nv) == 0);
+    cp.n_ctx = 64;
+    assert_int_equal(kvq_context_new(m, &cp, &small), KVQ_OK);
+    expect_refused(small, path, KVQ_ERR_ARG, "long RoPE");
+    free(want);
+    kvq_context_free(a);
+    kvq_context_free(b);
+    kvq_context_free(small);
+    kvq_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_every_type),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_longrope),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
