@@ -304,11 +304,11 @@ static void admit(srv_server *s) {
         sl->has_pending = 0;
         s->met.prompt_tokens += (unsigned long)r->n_prompt;
         s->met.prompt_tokens_cached += (unsigned long)common;
-        /* running text (a completion, or chat without a template): decode in the context of the
-         * prompt, so the first piece keeps its leading space */
         sl->gen_bytes = 0;
         r->n_scored = 0;
         if (r->echo && r->logprobs) r->prompt_off = malloc(sizeof *r->prompt_off * (size_t)r->n_prompt);
+        /* running text (a completion, or chat without a template): decode in the context of the
+         * prompt, so the first piece keeps its leading space */
         if (!r->chat || r->plain_chat) {
             char tmp[1024];
             int off = 0;
@@ -395,7 +395,7 @@ static srv_lp *new_lp(slot *sl) {
 static void sample_next(srv_server *s, slot *sl, const float *lg) {
     srv_req *r = sl->r;
     if (r->max_tokens == 0) { /* echo only: the prompt is read, nothing to generate */
-        flush_text(sl, SRV_FINISH_LENGTH);
+        sl->finish = SRV_FINISH_LENGTH;
         return;
     }
     const float *raw = lg; /* logprobs are of the model's distribution, before penalties */
