@@ -38,7 +38,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         } else if (!p.prompt == !p.prompt_ids || (p.prompt_ids && p.n_prompt_ids < 1)) {
             abort();
         }
-        if (p.max_tokens == 0 || p.max_tokens < -1 || p.n_stop > SRV_MAX_STOP) abort();
+        if ((p.max_tokens == 0 && !p.echo) || p.max_tokens < -1 || p.n_stop > SRV_MAX_STOP) abort();
+        /* logprobs: 0..SRV_MAX_TOP alternatives, only when asked for; echo only on completions */
+        if (p.top_logprobs < 0 || p.top_logprobs > SRV_MAX_TOP || (p.top_logprobs && !p.logprobs) || (chat && p.echo)) abort();
         for (int i = 0; i < p.n_stop; i++)
             if (!p.stop[i] || !p.stop[i][0]) abort();
         if ((p.has_temperature && (p.temperature < 0 || p.temperature > 2)) || (p.has_top_p && (p.top_p < 0 || p.top_p > 1)) ||

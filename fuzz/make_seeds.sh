@@ -128,6 +128,8 @@ for t in $targets; do
         printf '\000%s' '{"messages":[{"role":"developer","content":"x"},{"role":"assistant","content":"y"}],"max_completion_tokens":3,"logprobs":false}' >"$d/chat2"
         printf '\001%s' '{"prompt":"The jury said","max_tokens":8,"stop":"said","echo":false,"logprobs":null}' >"$d/cmpl"
         printf '\001%s' '{"prompt":[1,450,432,2857],"seed":-7}' >"$d/cmpl_ids"
+        printf '\000%s' '{"messages":[{"role":"user","content":"Hi"}],"logprobs":true,"top_logprobs":20,"stream":true}' >"$d/chat_lp"
+        printf '\001%s' '{"prompt":"The jury said","max_tokens":0,"echo":true,"logprobs":5}' >"$d/cmpl_echo"
         printf '\001%s' '{"prompt":["one string"],"max_tokens":1e3}' >"$d/cmpl_arr"
         printf '\002%s' '{"content":"Hello world","add_special":true}' >"$d/tok"
         printf '\003%s' '{"tokens":[1,15043,3186]}' >"$d/detok"

@@ -54,6 +54,9 @@ typedef struct {
     uint64_t seed;
     char *stop[SRV_MAX_STOP];
     int n_stop;
+    int logprobs;      /* chat: logprobs true; completions: logprobs given (an integer) */
+    long top_logprobs; /* alternatives per token: chat top_logprobs, completions logprobs (0..20) */
+    int echo;          /* completions: the prompt comes back before the reply */
 } srv_params;
 
 /* Parses and checks a completion request body (chat: 1 for chat completions).
@@ -64,6 +67,24 @@ void srv_params_free(srv_params *p);
 /* POST /tokenize {"content": str, "add_special": bool}; /detokenize {"tokens": [int]}. */
 int srv_parse_tokenize(const char *body, size_t len, char **content, int *add_special, srv_error *e);
 int srv_parse_detokenize(const char *body, size_t len, int32_t **ids, int *n, srv_error *e);
+
+/* ---- server_logprobs.c: log-probabilities of tokens and their JSON ---------- */
+
+#define SRV_MAX_TOP 20
+
+/* One token's log-probability under the model and its most likely alternatives. */
+typedef struct {
+    int32_t id;
+    int offset;  /* byte offset of its text in the prompt's or the reply's text */
+    float logprob; /* NAN: none (an echoed prompt's first token) */
+    int n_top;
+    int32_t top_id[SRV_MAX_TOP];
+    float top_lp[SRV_MAX_TOP];
+} srv_lp;
+
+/* Log-softmax (in double) of logits at token id, and the n_top most likely tokens,
+ * best first, chosen by a partial selection. */
+void srv_logprobs(const float *logits, int n_vocab, int32_t id, int n_top, srv_lp *out);
 
 /* ---- server_sched.c: slots, queue, scheduler thread ----------------------- */
 
@@ -82,11 +103,16 @@ typedef struct srv_req {
     float presence, frequency;
     char *stop[SRV_MAX_STOP];
     int n_stop;
+    int logprobs, n_top, echo; /* echo with logprobs: the prompt's tokens are scored too */
+    int *prompt_off;           /* echo with logprobs: byte offset of each prompt token's text */
+    int n_scored;              /* scheduler only: prompt tokens whose log-probability is known */
 
     /* out: text produced so far, consumed by the HTTP side from `sent` */
     pthread_cond_t cv;
     char *text;
     size_t n_text, cap_text, sent;
+    srv_lp *lp; /* logprobs: the echoed prompt's tokens, then the generated ones */
+    int n_lp, cap_lp, lp_sent;
     int n_gen, n_cached; /* tokens generated; prompt tokens reused from a slot's cache */
     int done, finish, cancelled, refs, queued, slot;
     srv_error err; /* err.status != 0: failed before producing anything */
@@ -118,10 +144,11 @@ void srv_sched_free(srv_server *s);
 /* Takes ownership of prompt. Returns the request (refs 2: the caller releases
  * it with srv_req_release) or NULL with e filled (503 when the queue is full). */
 srv_req *srv_submit(srv_server *s, const srv_params *p, int32_t *prompt, int n_prompt, int plain_chat, srv_error *e);
-/* Waits until the request has text past r->sent, is done, or `ms` passed. Under no lock:
- * copies the new text into *chunk (malloc'd, NUL-terminated) and advances r->sent.
- * Returns 1 when there is new text or it is done, 0 on timeout. */
-int srv_req_wait(srv_server *s, srv_req *r, int ms, char **chunk, size_t *n_chunk, int *done);
+/* Waits until the request has text past r->sent or logprobs past r->lp_sent, is done, or
+ * `ms` passed. Copies the new text into *chunk (malloc'd, NUL-terminated) and the new logprob
+ * entries into *lp (malloc'd; NULL lp: left for later) and advances the cursors.
+ * Returns 1 when there is something new or it is done, 0 on timeout. */
+int srv_req_wait(srv_server *s, srv_req *r, int ms, char **chunk, size_t *n_chunk, srv_lp **lp, int *n_lp, int *done);
 /* Marks the request cancelled (client gone); the scheduler frees its slot at the next step. */
 void srv_req_cancel(srv_server *s, srv_req *r);
 void srv_req_release(srv_server *s, srv_req *r);

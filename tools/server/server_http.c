@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -153,8 +154,81 @@ static cJSON *envelope(srv_http *h, const srv_req *r, const char *object) {
     return j;
 }
 
-/* One choice: text (NULL: none), finish reason (0: null). */
-static cJSON *choice(const srv_req *r, const char *text, int finish, int delta, int role) {
+/* ---- logprobs as OpenAI writes them ---- */
+
+/* A token's text as it reads after another token, into buf (NUL-terminated); its length.
+ * Decoding a SentencePiece token alone drops its word-start space (" said" reads "said"), so
+ * the token is decoded twice in a row and the second copy's text taken: the pieces of a reply
+ * then add up to its text, for every tokenizer family. */
+static int token_piece(const srv_http *h, int32_t id, char *buf, size_t size) {
+    const int32_t two[2] = {id, id};
+    char pair[1024];
+    int one = kvq_detokenize(h->tok, &id, 1, 0, NULL, 0), k2 = kvq_detokenize(h->tok, two, 2, 0, pair, sizeof pair);
+    int k = 0;
+    if (one >= 0 && k2 >= one && (size_t)k2 < sizeof pair) {
+        k = k2 - one;
+        if ((size_t)k >= size) k = (int)size - 1;
+        memcpy(buf, pair + one, (size_t)k);
+    }
+    buf[k] = 0;
+    return k;
+}
+
+/* Chat: {"token", "logprob", "bytes"}. */
+static cJSON *chat_lp_item(const srv_http *h, int32_t id, float lp) {
+    char piece[512];
+    int k = token_piece(h, id, piece, sizeof piece);
+    cJSON *o = cJSON_CreateObject(), *b;
+    cJSON_AddStringToObject(o, "token", piece);
+    cJSON_AddNumberToObject(o, "logprob", lp);
+    b = cJSON_AddArrayToObject(o, "bytes");
+    for (int i = 0; i < k; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)piece[i]));
+    return o;
+}
+
+/* Chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": null}. */
+static cJSON *chat_logprobs(const srv_http *h, const srv_lp *lp, int n) {
+    cJSON *o = cJSON_CreateObject(), *c = cJSON_AddArrayToObject(o, "content");
+    for (int i = 0; i < n; i++) {
+        cJSON *it = chat_lp_item(h, lp[i].id, lp[i].logprob), *top = cJSON_AddArrayToObject(it, "top_logprobs");
+        for (int j = 0; j < lp[i].n_top; j++) cJSON_AddItemToArray(top, chat_lp_item(h, lp[i].top_id[j], lp[i].top_lp[j]));
+        cJSON_AddItemToArray(c, it);
+    }
+    cJSON_AddNullToObject(o, "refusal");
+    return o;
+}
+
+/* Completions (legacy): {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
+ * lp[i] is the request's entry first+i; the first n_prompt entries are an echoed prompt's, whose
+ * offsets are in the prompt's text; the reply's are shifted by the echoed text's length. */
+static cJSON *cmpl_logprobs(const srv_http *h, const srv_lp *lp, int n, int first, int n_prompt, size_t echo_len) {
+    cJSON *o = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(o, "tokens"),
+          *lps = cJSON_AddArrayToObject(o, "token_logprobs"), *tops = cJSON_AddArrayToObject(o, "top_logprobs"),
+          *offs = cJSON_AddArrayToObject(o, "text_offset");
+    char piece[512];
+    for (int i = 0; i < n; i++) {
+        token_piece(h, lp[i].id, piece, sizeof piece);
+        cJSON_AddItemToArray(toks, cJSON_CreateString(piece));
+        if (isnan(lp[i].logprob)) {
+            cJSON_AddItemToArray(lps, cJSON_CreateNull());
+            cJSON_AddItemToArray(tops, cJSON_CreateNull());
+        } else {
+            cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp[i].logprob));
+            cJSON *t = cJSON_CreateObject();
+            for (int j = 0; j < lp[i].n_top; j++) {
+                token_piece(h, lp[i].top_id[j], piece, sizeof piece);
+                if (!cJSON_GetObjectItemCaseSensitive(t, piece)) cJSON_AddNumberToObject(t, piece, lp[i].top_lp[j]);
+            }
+            cJSON_AddItemToArray(tops, t);
+        }
+        double off = lp[i].offset + (first + i >= n_prompt ? (double)echo_len : 0);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber(off));
+    }
+    return o;
+}
+
+/* One choice: text (NULL: none), finish reason (0: null), logprobs (NULL: null; taken). */
+static cJSON *choice(const srv_req *r, const char *text, int finish, int delta, int role, cJSON *lp) {
     cJSON *ch = cJSON_CreateObject();
     cJSON_AddNumberToObject(ch, "index", 0);
     if (r->chat) {
@@ -164,7 +238,8 @@ static cJSON *choice(const srv_req *r, const char *text, int finish, int delta, 
     } else {
         cJSON_AddStringToObject(ch, "text", text ? text : "");
     }
-    cJSON_AddNullToObject(ch, "logprobs");
+    if (lp) cJSON_AddItemToObject(ch, "logprobs", lp);
+    else cJSON_AddNullToObject(ch, "logprobs");
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish_name(finish));
     else cJSON_AddNullToObject(ch, "finish_reason");
     return ch;
@@ -177,6 +252,8 @@ typedef struct {
     body out; /* formatted events not yet handed to MHD */
     size_t off;
     int include_usage, started, ended;
+    char *echo;      /* completions with echo: the prompt's text, sent first */
+    int lp_seen;     /* logprob entries sent so far */
 } stream;
 
 static void sse(stream *st, cJSON *j) {
@@ -189,11 +266,20 @@ static void sse(stream *st, cJSON *j) {
     free(t);
 }
 
-static void sse_chunk(stream *st, const char *text, int finish, int role) {
+/* The logprobs of a request's entries first..first+n (NULL when none were asked for). */
+static cJSON *logprobs_json(srv_http *h, const srv_req *r, const srv_lp *lp, int n, int first, const char *echo) {
+    if (!r->logprobs) return NULL;
+    if (r->chat) return chat_logprobs(h, lp, n);
+    return cmpl_logprobs(h, lp, n, first, r->echo ? r->n_prompt : 0, echo ? strlen(echo) : 0);
+}
+
+static void sse_chunk(stream *st, const char *text, int finish, int role, const srv_lp *lp, int n_lp) {
     const srv_req *r = st->r;
     cJSON *j = envelope(st->h, r, r->chat ? "chat.completion.chunk" : "text_completion");
     cJSON *chs = cJSON_AddArrayToObject(j, "choices");
-    cJSON_AddItemToArray(chs, choice(r, text, finish, 1, role));
+    cJSON *lpj = n_lp ? logprobs_json(st->h, r, lp, n_lp, st->lp_seen, st->echo) : NULL;
+    st->lp_seen += n_lp;
+    cJSON_AddItemToArray(chs, choice(r, text, finish, 1, role, lpj));
     if (finish) cJSON_AddItemToObject(j, "timings", timings_json(r));
     if (st->include_usage) cJSON_AddNullToObject(j, "usage");
     sse(st, j);
@@ -209,27 +295,33 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (!st->started) {
             st->started = 1;
             if (r->chat) {
-                sse_chunk(st, "", 0, 1);
+                sse_chunk(st, "", 0, 1, NULL, 0);
+                continue;
+            }
+            if (st->echo && *st->echo) {
+                sse_chunk(st, st->echo, 0, 0, NULL, 0);
                 continue;
             }
         }
         char *chunk;
         size_t n;
-        int done;
-        if (!srv_req_wait(st->h->s, r, 100, &chunk, &n, &done)) {
+        int done, n_lp = 0;
+        srv_lp *lp = NULL;
+        if (!srv_req_wait(st->h->s, r, 100, &chunk, &n, r->logprobs ? &lp : NULL, &n_lp, &done)) {
             if (client_gone(st->c)) {
                 srv_req_cancel(st->h->s, r);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
             continue;
         }
-        if (chunk) sse_chunk(st, chunk, 0, 0);
+        if (chunk || n_lp) sse_chunk(st, chunk, 0, 0, lp, n_lp);
         free(chunk);
+        free(lp);
         if (done) {
             if (r->err.status) {
                 sse(st, error_json(&r->err));
             } else {
-                sse_chunk(st, NULL, r->finish, 0);
+                sse_chunk(st, NULL, r->finish, 0, NULL, 0);
                 if (st->include_usage) {
                     cJSON *j = envelope(st->h, r, r->chat ? "chat.completion.chunk" : "text_completion");
                     cJSON_AddArrayToObject(j, "choices");
@@ -252,6 +344,7 @@ static void stream_free(void *cls) {
     srv_req_cancel(st->h->s, st->r); /* nothing when it is done */
     srv_req_release(st->h->s, st->r);
     free(st->out.p);
+    free(st->echo);
     free(st);
 }
 
@@ -311,15 +404,32 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
         srv_params_free(&p);
         return send_error(h, c, route, &e);
     }
+    /* echo: the prompt as sent, or the ids' text */
+    char *echo = NULL;
+    if (p.echo && p.prompt) echo = strdup(p.prompt);
+    else if (p.echo) {
+        int len = kvq_detokenize(h->tok, ids, n, 1, NULL, 0);
+        if (len >= 0 && (echo = malloc((size_t)len + 1))) kvq_detokenize(h->tok, ids, n, 1, echo, (size_t)len + 1);
+    }
+    if (p.echo && !echo) {
+        srv_params_free(&p);
+        free(ids);
+        srv_fail(&e, 500, NULL, "out of memory");
+        return send_error(h, c, route, &e);
+    }
     srv_req *r = srv_submit(h->s, &p, ids, n, route == SRV_ROUTE_CHAT && h->plain, &e);
     int stream_it = p.stream, usage = p.include_usage;
     srv_params_free(&p);
-    if (!r) return send_error(h, c, route, &e);
+    if (!r) {
+        free(echo);
+        return send_error(h, c, route, &e);
+    }
     if (stream_it) {
         stream *st = calloc(1, sizeof *st);
         struct MHD_Response *resp = st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free) : NULL;
         if (!resp) {
             free(st);
+            free(echo);
             srv_req_cancel(h->s, r);
             srv_req_release(h->s, r);
             return MHD_NO;
@@ -328,6 +438,7 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
         st->r = r;
         st->c = c;
         st->include_usage = usage;
+        st->echo = echo;
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         MHD_add_response_header(resp, "X-Accel-Buffering", "no");
@@ -339,15 +450,19 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
     }
     /* not streamed: wait here (this connection's thread), watching for the client leaving */
     body text = {0};
-    body_add(&text, "", 0);
+    body_add(&text, echo ? echo : "", echo ? strlen(echo) : 0);
+    body lps = {0}; /* the logprob entries, as bytes */
     double checked = kvq_tool_now();
     for (;;) {
         char *chunk;
         size_t k;
-        int done = 0;
-        srv_req_wait(h->s, r, 50, &chunk, &k, &done);
+        int done = 0, n_lp = 0;
+        srv_lp *lp = NULL;
+        srv_req_wait(h->s, r, 50, &chunk, &k, r->logprobs ? &lp : NULL, &n_lp, &done);
         if (chunk) body_add(&text, chunk, k);
+        if (n_lp) body_add(&lps, (const char *)lp, sizeof *lp * (size_t)n_lp);
         free(chunk);
+        free(lp);
         if (done) break;
         double now = kvq_tool_now();
         if (now - checked < 0.02) continue; /* a syscall per 20 ms is enough */
@@ -356,6 +471,8 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
             srv_req_cancel(h->s, r);
             srv_req_release(h->s, r);
             free(text.p);
+            free(lps.p);
+            free(echo);
             return MHD_NO;
         }
     }
@@ -364,12 +481,15 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
         ret = send_error(h, c, route, &r->err);
     } else {
         cJSON *j = envelope(h, r, r->chat ? "chat.completion" : "text_completion");
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), choice(r, text.p, r->finish, 0, 1));
+        cJSON *lpj = logprobs_json(h, r, (const srv_lp *)lps.p, (int)(lps.n / sizeof(srv_lp)), 0, echo);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), choice(r, text.p, r->finish, 0, 1, lpj));
         cJSON_AddItemToObject(j, "usage", usage_json(r));
         cJSON_AddItemToObject(j, "timings", timings_json(r));
         ret = send_json(h, c, route, 200, j);
     }
     free(text.p);
+    free(lps.p);
+    free(echo);
     srv_req_release(h->s, r);
     return ret;
 }

@@ -201,16 +201,39 @@ static int parse_stop(const cJSON *j, srv_params *p, srv_error *e) {
     return 0;
 }
 
+/* Chat: "logprobs": bool and "top_logprobs": 0..20 (which needs logprobs). Completions (the
+ * legacy API): "logprobs": 0..20 alternatives (OpenAI allows 5; llama-server more) and "echo". */
+static int parse_logprobs(const cJSON *j, srv_params *p, srv_error *e) {
+    if (p->chat) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "logprobs");
+        if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v))
+            return srv_fail(e, 400, "invalid_type", "'logprobs' must be true or false in chat completions ('top_logprobs' is the count)");
+        p->logprobs = cJSON_IsTrue(v);
+        int r = get_int(j, "top_logprobs", 0, SRV_MAX_TOP, &p->top_logprobs, e);
+        if (r < 0) return -1;
+        if (r && !p->logprobs) return srv_fail(e, 400, "invalid_value", "'top_logprobs' needs 'logprobs': true");
+        const cJSON *echo = cJSON_GetObjectItemCaseSensitive(j, "echo");
+        if (cJSON_IsTrue(echo)) return srv_fail(e, 400, "unsupported_value", "'echo' is for /v1/completions, not chat");
+        return 0;
+    }
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "logprobs");
+    if (cJSON_IsBool(v)) return srv_fail(e, 400, "invalid_type", "'logprobs' must be an integer 0..%d in completions (alternatives per token)", SRV_MAX_TOP);
+    int r = get_int(j, "logprobs", 0, SRV_MAX_TOP, &p->top_logprobs, e);
+    if (r < 0) return -1;
+    p->logprobs = r;
+    return get_bool(j, "echo", &p->echo, e) < 0 ? -1 : 0;
+}
+
 static int parse_sampling(const cJSON *j, srv_params *p, srv_error *e) {
     long n = 1, mt = -1, mct = -1;
-    int r, flag = 0;
+    int r;
     if (get_int(j, "n", -1e18, 1e18, &n, e) < 0) return -1;
     if (n != 1) return srv_fail(e, 400, "unsupported_value", "'n' is %ld; only n = 1 is supported", n);
     if ((r = get_int(j, "max_tokens", -1e18, 1e18, &mt, e)) < 0) return -1;
-    if (r && mt <= 0) return srv_fail(e, 400, "invalid_value", "'max_tokens' is %ld; it must be at least 1", mt);
+    if (r && mt < 0) return srv_fail(e, 400, "invalid_value", "'max_tokens' is %ld; it must be at least 1", mt);
     if ((r = get_int(j, "max_completion_tokens", -1e18, 1e18, &mct, e)) < 0) return -1;
     if (r && mct <= 0) return srv_fail(e, 400, "invalid_value", "'max_completion_tokens' is %ld; it must be at least 1", mct);
-    p->max_tokens = mct > 0 ? mct : mt;
+    p->max_tokens = mct > 0 ? mct : mt; /* 0 is checked once 'echo' is known */
     if ((p->has_temperature = get_num(j, "temperature", 0, 2, &p->temperature, e)) < 0) return -1;
     if ((p->has_top_p = get_num(j, "top_p", 0, 1, &p->top_p, e)) < 0) return -1;
     if ((p->has_min_p = get_num(j, "min_p", 0, 1, &p->min_p, e)) < 0) return -1;
@@ -226,11 +249,10 @@ static int parse_sampling(const cJSON *j, srv_params *p, srv_error *e) {
         if (!cJSON_IsObject(so)) return srv_fail(e, 400, "invalid_type", "'stream_options' must be an object");
         if (get_bool(so, "include_usage", &p->include_usage, e) < 0) return -1;
     }
+    if (parse_logprobs(j, p, e) < 0) return -1;
+    if (p->max_tokens == 0 && !p->echo)
+        return srv_fail(e, 400, "invalid_value", "'max_tokens' is 0; it must be at least 1 (0 only with 'echo', to score a prompt)");
     /* what is not supported is said, not ignored */
-    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(j, "logprobs");
-    if (cJSON_IsTrue(lp) || (cJSON_IsNumber(lp) && lp->valuedouble > 0)) return srv_fail(e, 400, "unsupported_value", "'logprobs' is not supported");
-    if (get_bool(j, "echo", &flag, e) < 0) return -1;
-    if (flag) return srv_fail(e, 400, "unsupported_value", "'echo' is not supported");
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
     if (cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0) return srv_fail(e, 400, "unsupported_value", "'tools' are not supported");
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");

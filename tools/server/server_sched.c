@@ -4,6 +4,7 @@
  * prompt, so a long prompt is read between decode steps instead of stalling
  * the streams already running. A request takes the free slot whose cached
  * tokens share the longest prefix with its prompt and evaluates only the rest. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -47,6 +48,8 @@ typedef struct {
      * time, so a seeded request repeats exactly) */
     float *saved;
     int n_saved; /* the logits follow ids[0..n_saved); 0: none */
+    srv_lp *lp;  /* logprobs made this step, published with its text */
+    int n_lp, cap_lp, gen_bytes; /* gen_bytes: the reply's text so far, for text offsets */
 } slot;
 
 /* A slot action waiting for the scheduler thread (srv_slot_action). */
@@ -65,6 +68,12 @@ struct srv_server {
     int n_vocab, n_ctx, n_slots, chunk, queue_max;
     slot *slots;
     float *logits;
+    /* echo with logprobs needs the logits of every prompt position. The slots keep one row
+     * (logits_all would make every slot hold n_batch rows and force kvq_eval_batch onto its
+     * one-context-at-a-time path), so such prompts are scored on this separate context with
+     * logits_all, made at the first one; the common path is unchanged. */
+    kvq_context *score;
+    kvq_context_params cp; /* the slots' */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t th;
@@ -85,6 +94,8 @@ static void req_free(srv_req *r) {
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->text);
+    free(r->lp);
+    free(r->prompt_off);
     pthread_cond_destroy(&r->cv);
     free(r);
 }
@@ -110,11 +121,12 @@ void srv_req_cancel(srv_server *s, srv_req *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
-int srv_req_wait(srv_server *s, srv_req *r, int ms, char **chunk, size_t *n_chunk, int *done) {
+int srv_req_wait(srv_server *s, srv_req *r, int ms, char **chunk, size_t *n_chunk, srv_lp **lp, int *n_lp, int *done) {
     *chunk = NULL;
     *n_chunk = 0;
+    if (lp) *lp = NULL, *n_lp = 0;
     pthread_mutex_lock(&s->mu);
-    if (r->sent == r->n_text && !r->done && ms > 0) {
+    if (r->sent == r->n_text && (!lp || r->lp_sent == r->n_lp) && !r->done && ms > 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += (long)(ms % 1000) * 1000000L;
@@ -130,7 +142,13 @@ int srv_req_wait(srv_server *s, srv_req *r, int ms, char **chunk, size_t *n_chun
         r->sent = r->n_text;
         got = 1;
     }
-    *done = r->done && r->sent == r->n_text;
+    if (lp && r->lp_sent < r->n_lp && (*lp = malloc(sizeof **lp * (size_t)(r->n_lp - r->lp_sent)))) {
+        *n_lp = r->n_lp - r->lp_sent;
+        memcpy(*lp, r->lp + r->lp_sent, sizeof **lp * (size_t)*n_lp);
+        r->lp_sent = r->n_lp;
+        got = 1;
+    }
+    *done = r->done && r->sent == r->n_text && (!lp || r->lp_sent == r->n_lp);
     pthread_mutex_unlock(&s->mu);
     return got || *done;
 }
@@ -148,6 +166,7 @@ static void finish_slot(srv_server *s, slot *sl, int finish) {
     sl->smp = NULL;
     sl->has_pending = 0;
     sl->hold.n = sl->out.n = 0;
+    sl->n_lp = 0;
     sl->last_use = r->t_done;
     sl->r = NULL;
     pthread_cond_broadcast(&r->cv);
@@ -172,7 +191,10 @@ srv_req *srv_submit(srv_server *s, const srv_params *p, int32_t *prompt, int n_p
     r->prompt = prompt;
     r->n_prompt = n_prompt;
     long room = s->n_ctx - n_prompt;
-    r->max_tokens = p->max_tokens > 0 && p->max_tokens < room ? p->max_tokens : room;
+    r->max_tokens = p->max_tokens >= 0 && p->max_tokens < room ? p->max_tokens : room; /* 0: echo only */
+    r->logprobs = p->logprobs;
+    r->n_top = (int)p->top_logprobs;
+    r->echo = p->echo;
     r->sp = kvq_sampler_default_params();
     if (p->has_temperature) r->sp.temp = (float)p->temperature;
     if (p->has_top_p) r->sp.top_p = (float)p->top_p;
@@ -286,12 +308,22 @@ static void admit(srv_server *s) {
         sl->has_pending = 0;
         s->met.prompt_tokens += (unsigned long)r->n_prompt;
         s->met.prompt_tokens_cached += (unsigned long)common;
+        sl->gen_bytes = 0;
+        r->n_scored = 0;
+        if (r->echo && r->logprobs) r->prompt_off = malloc(sizeof *r->prompt_off * (size_t)r->n_prompt);
         /* running text (a completion, or chat without a template): decode in the context of the
          * prompt, so the first piece keeps its leading space */
         if (!r->chat || r->plain_chat) {
             char tmp[1024];
-            for (int i = 0; i < r->n_prompt; i++) kvq_detok_push(sl->dt, r->prompt[i], tmp, sizeof tmp);
-            kvq_detok_flush(sl->dt, tmp, sizeof tmp);
+            int off = 0;
+            for (int i = 0; i < r->n_prompt; i++) {
+                if (r->prompt_off) r->prompt_off[i] = off;
+                int k = kvq_detok_push(sl->dt, r->prompt[i], tmp, sizeof tmp);
+                off += k > 0 ? k : 0;
+            }
+            /* a flush would end the stream, and the next piece would lose its word-start space
+             * again; plain chat keeps it so (the reply starts a line of its own) */
+            if (r->plain_chat) kvq_detok_flush(sl->dt, tmp, sizeof tmp);
         }
     }
 }
@@ -351,9 +383,26 @@ static void flush_text(slot *sl, int finish) {
     }
 }
 
+/* A logprob entry for the slot to publish; NULL when out of memory (the entry is dropped). */
+static srv_lp *new_lp(slot *sl) {
+    if (sl->n_lp == sl->cap_lp) {
+        int cap = sl->cap_lp ? 2 * sl->cap_lp : 16;
+        srv_lp *p = realloc(sl->lp, sizeof *p * (size_t)cap);
+        if (!p) return NULL;
+        sl->lp = p;
+        sl->cap_lp = cap;
+    }
+    return &sl->lp[sl->n_lp++];
+}
+
 /* After an evaluation that left fresh logits in the slot: samples the next token. */
 static void sample_next(srv_server *s, slot *sl, const float *lg) {
     srv_req *r = sl->r;
+    if (r->max_tokens == 0) { /* echo only: the prompt is read, nothing to generate */
+        sl->finish = SRV_FINISH_LENGTH;
+        return;
+    }
+    const float *raw = lg; /* logprobs are of the model's distribution, before penalties */
     if (r->presence != 0 || r->frequency != 0) {
         memcpy(s->logits, lg, sizeof *lg * (size_t)s->n_vocab);
         for (int i = 0; i < r->n_gen; i++) {
@@ -376,8 +425,14 @@ static void sample_next(srv_server *s, slot *sl, const float *lg) {
     kvq_sampler_accept(sl->smp, id);
     sl->gen[r->n_gen++] = id;
     sl->counts[id]++;
+    srv_lp *e = r->logprobs ? new_lp(sl) : NULL;
+    if (e) {
+        srv_logprobs(raw, s->n_vocab, id, r->n_top, e);
+        e->offset = sl->gen_bytes;
+    }
     char piece[1024];
     int k = kvq_detok_push(sl->dt, id, piece, sizeof piece);
+    sl->gen_bytes += k > 0 ? k : 0;
     if (k > 0) take_text(sl, piece, (size_t)k);
     if (sl->finish) return;
     if (r->n_gen >= r->max_tokens || sl->n_ids >= s->n_ctx) {
@@ -388,12 +443,82 @@ static void sample_next(srv_server *s, slot *sl, const float *lg) {
     sl->has_pending = 1;
 }
 
+#define SRV_SCORE_ROWS 64 /* prompt positions scored per step (rows of logits held at once) */
+
+/* Echo with logprobs reads the prompt on the scoring context first; with max_tokens 0 that is all. */
+static int waits_for_score(const srv_req *r) {
+    return r->echo && r->logprobs && (r->n_scored < r->n_prompt || r->max_tokens == 0);
+}
+
+/* Scores up to SRV_SCORE_ROWS more prompt tokens of the slot's request (a chunk per step, so
+ * the other slots' streams go on between chunks): row i of a kvq_eval over prompt[p..p+k)
+ * predicts prompt[p+i+1]. Returns 0, or -1 with r->err filled. */
+static int score_chunk(srv_server *s, slot *sl) {
+    srv_req *r = sl->r;
+    if (!s->score) {
+        kvq_context_params cp = s->cp;
+        cp.logits_all = 1;
+        cp.n_batch = SRV_SCORE_ROWS;
+        if (kvq_context_new(s->m, &cp, &s->score) != KVQ_OK) {
+            s->score = NULL;
+            return srv_fail(&r->err, 500, NULL, "cannot make the context that scores prompts: %s", kvq_last_error());
+        }
+    }
+    if (r->n_scored == 0) {
+        if (kvq_kv_truncate(s->score, 0) != KVQ_OK) return srv_fail(&r->err, 500, NULL, "%s", kvq_last_error());
+        srv_lp *e = new_lp(sl);
+        if (!e) return srv_fail(&r->err, 500, NULL, "out of memory");
+        memset(e, 0, sizeof *e);
+        e->id = r->prompt[0];
+        e->logprob = NAN; /* nothing comes before the first token */
+        r->n_scored = 1;
+    }
+    int p = r->n_scored - 1, k = r->n_prompt - r->n_scored;
+    if (k > SRV_SCORE_ROWS) k = SRV_SCORE_ROWS;
+    if (k > 0 && kvq_eval(s->score, r->prompt + p, k) != KVQ_OK)
+        return srv_fail(&r->err, 500, NULL, "scoring the prompt failed: %s", kvq_last_error());
+    for (int i = 0; i < k; i++) {
+        srv_lp *e = new_lp(sl);
+        if (!e) return srv_fail(&r->err, 500, NULL, "out of memory");
+        srv_logprobs(kvq_logits_row(s->score, i), s->n_vocab, r->prompt[p + i + 1], r->n_top, e);
+        e->offset = r->prompt_off ? r->prompt_off[p + i + 1] : 0;
+    }
+    if (sl->n_lp && r->prompt_off && r->n_scored == 1) sl->lp[0].offset = r->prompt_off[0];
+    r->n_scored += k;
+    return 0;
+}
+
+/* Under the lock: hands the slot's new logprob entries to its request. */
+static void publish_lp(slot *sl) {
+    srv_req *r = sl->r;
+    if (!sl->n_lp) return;
+    if (r->n_lp + sl->n_lp > r->cap_lp) {
+        int cap = r->cap_lp ? r->cap_lp : 16;
+        while (cap < r->n_lp + sl->n_lp) cap *= 2;
+        srv_lp *p = realloc(r->lp, sizeof *p * (size_t)cap);
+        if (!p) {
+            sl->n_lp = 0;
+            return;
+        }
+        r->lp = p;
+        r->cap_lp = cap;
+    }
+    memcpy(r->lp + r->n_lp, sl->lp, sizeof *sl->lp * (size_t)sl->n_lp);
+    r->n_lp += sl->n_lp;
+    sl->n_lp = 0;
+    pthread_cond_broadcast(&r->cv);
+}
+
 /* One step: one kvq_eval_batch over the decoding slots and at most one prompt chunk.
  * Called without the lock; publishes the new text under it and returns holding it. */
 static void step(srv_server *s) {
     kvq_context *ctx[s->n_slots];
     const int32_t *ids[s->n_slots];
-    int n[s->n_slots], who[s->n_slots], gen0[s->n_slots], count = 0, n_decode = 0, prefill = -1;
+    int n[s->n_slots], who[s->n_slots], gen0[s->n_slots], count = 0, n_decode = 0, prefill = -1, scored = -1;
+    for (int i = 0; i < s->n_slots && scored < 0; i++)
+        if (s->slots[i].r && s->slots[i].r->echo && s->slots[i].r->logprobs && s->slots[i].r->n_scored < s->slots[i].r->n_prompt)
+            scored = i;
+    int score_err = scored >= 0 ? score_chunk(s, &s->slots[scored]) : 0;
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->r && sl->has_pending) {
@@ -407,7 +532,7 @@ static void step(srv_server *s) {
     for (int j = 0; j < s->n_slots && prefill < 0; j++) { /* round robin over prompts being read */
         int i = (s->prefill_next + j) % s->n_slots;
         slot *sl = &s->slots[i];
-        if (sl->r && !sl->has_pending && sl->n_ids < sl->r->n_prompt) {
+        if (sl->r && !sl->has_pending && sl->n_ids < sl->r->n_prompt && !waits_for_score(sl->r)) {
             prefill = i;
             int k = sl->r->n_prompt - sl->n_ids;
             ctx[count] = sl->c;
@@ -419,14 +544,14 @@ static void step(srv_server *s) {
     }
     for (int i = 0; i < s->n_slots; i++) { /* a repeated prompt: its logits are saved */
         slot *sl = &s->slots[i];
-        if (sl->r && !sl->has_pending && sl->n_ids == sl->r->n_prompt && !sl->r->t_prompt_done) {
+        if (sl->r && !sl->has_pending && sl->n_ids == sl->r->n_prompt && !sl->r->t_prompt_done && !waits_for_score(sl->r)) {
             ctx[count] = NULL;
             ids[count] = NULL;
             n[count] = 0;
             who[count++] = i;
         }
     }
-    if (!count) {
+    if (!count && scored < 0) {
         pthread_mutex_lock(&s->mu);
         return;
     }
@@ -497,8 +622,20 @@ static void step(srv_server *s) {
             }
             pthread_cond_broadcast(&r->cv);
         }
+        publish_lp(sl);
         if (sl->has_pending || (!sl->finish && sl->n_ids < r->n_prompt)) continue;
         finish_slot(s, sl, sl->finish ? sl->finish : SRV_FINISH_STOP);
+    }
+    slot *sc = scored >= 0 ? &s->slots[scored] : NULL;
+    if (sc && sc->r) { /* still running unless it also read its prompt this step and ended */
+        srv_req *r = sc->r;
+        publish_lp(sc);
+        if (score_err) {
+            finish_slot(s, sc, SRV_FINISH_STOP);
+        } else if (r->n_scored == r->n_prompt && r->max_tokens == 0) {
+            r->t_prompt_done = kvq_tool_now();
+            finish_slot(s, sc, SRV_FINISH_LENGTH);
+        }
     }
 }
 
@@ -665,6 +802,8 @@ int srv_sched_start(srv_server **out, const srv_opts *o, kvq_model *m) {
         if (!sl->ids || !sl->gen || !sl->counts || !sl->saved) return kvq_tool_die(SRV_PROG, "out of memory");
         s->kv_total += kvq_kv_bytes_total(sl->c);
     }
+    s->cp = cp;
+    s->cp.n_ctx = s->n_ctx;
     if (pthread_create(&s->th, NULL, sched_main, s)) return kvq_tool_die(SRV_PROG, "cannot start the scheduler thread");
     s->started = 1;
     return 0;
@@ -690,11 +829,13 @@ void srv_sched_free(srv_server *s) {
         free(sl->gen);
         free(sl->counts);
         free(sl->saved);
+        free(sl->lp);
         free(sl->hold.p);
         free(sl->out.p);
         kvq_sampler_free(sl->smp);
         kvq_detok_free(sl->dt);
     }
+    kvq_context_free(s->score);
     free(s->slots);
     free(s->logits);
     pthread_mutex_destroy(&s->mu);
