@@ -85,6 +85,14 @@ typedef struct {
 /* Log-softmax (in double) of logits at token id, and the n_top most likely tokens,
  * best first, chosen by a partial selection. */
 void srv_logprobs(const float *logits, int n_vocab, int32_t id, int n_top, srv_lp *out);
+/* The answers' JSON for entries lp[0..n): chat's {"content": [...], "refusal"}, and the legacy
+ * completions' {"tokens", "token_logprobs", "top_logprobs", "text_offset"} (lp[i] is the
+ * request's entry first+i; the first n_prompt entries an echoed prompt's, the reply's offsets
+ * shifted by the echoed text's length). */
+struct cJSON;
+struct cJSON *srv_chat_logprobs_json(const kvq_tokenizer *tok, const srv_lp *lp, int n);
+struct cJSON *srv_cmpl_logprobs_json(const kvq_tokenizer *tok, const srv_lp *lp, int n, int first, int n_prompt,
+                                     size_t echo_len);
 
 /* ---- server_sched.c: slots, queue, scheduler thread ----------------------- */
 

@@ -156,77 +156,6 @@ static cJSON *envelope(srv_http *h, const srv_req *r, const char *object) {
 
 /* ---- logprobs as OpenAI writes them ---- */
 
-/* A token's text as it reads after another token, into buf (NUL-terminated); its length.
- * Decoding a SentencePiece token alone drops its word-start space (" said" reads "said"), so
- * the token is decoded twice in a row and the second copy's text taken: the pieces of a reply
- * then add up to its text, for every tokenizer family. */
-static int token_piece(const srv_http *h, int32_t id, char *buf, size_t size) {
-    const int32_t two[2] = {id, id};
-    char pair[1024];
-    int one = kvq_detokenize(h->tok, &id, 1, 0, NULL, 0), k2 = kvq_detokenize(h->tok, two, 2, 0, pair, sizeof pair);
-    int k = 0;
-    if (one >= 0 && k2 >= one && (size_t)k2 < sizeof pair) {
-        k = k2 - one;
-        if ((size_t)k >= size) k = (int)size - 1;
-        memcpy(buf, pair + one, (size_t)k);
-    }
-    buf[k] = 0;
-    return k;
-}
-
-/* Chat: {"token", "logprob", "bytes"}. */
-static cJSON *chat_lp_item(const srv_http *h, int32_t id, float lp) {
-    char piece[512];
-    int k = token_piece(h, id, piece, sizeof piece);
-    cJSON *o = cJSON_CreateObject(), *b;
-    cJSON_AddStringToObject(o, "token", piece);
-    cJSON_AddNumberToObject(o, "logprob", lp);
-    b = cJSON_AddArrayToObject(o, "bytes");
-    for (int i = 0; i < k; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)piece[i]));
-    return o;
-}
-
-/* Chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": null}. */
-static cJSON *chat_logprobs(const srv_http *h, const srv_lp *lp, int n) {
-    cJSON *o = cJSON_CreateObject(), *c = cJSON_AddArrayToObject(o, "content");
-    for (int i = 0; i < n; i++) {
-        cJSON *it = chat_lp_item(h, lp[i].id, lp[i].logprob), *top = cJSON_AddArrayToObject(it, "top_logprobs");
-        for (int j = 0; j < lp[i].n_top; j++) cJSON_AddItemToArray(top, chat_lp_item(h, lp[i].top_id[j], lp[i].top_lp[j]));
-        cJSON_AddItemToArray(c, it);
-    }
-    cJSON_AddNullToObject(o, "refusal");
-    return o;
-}
-
-/* Completions (legacy): {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
- * lp[i] is the request's entry first+i; the first n_prompt entries are an echoed prompt's, whose
- * offsets are in the prompt's text; the reply's are shifted by the echoed text's length. */
-static cJSON *cmpl_logprobs(const srv_http *h, const srv_lp *lp, int n, int first, int n_prompt, size_t echo_len) {
-    cJSON *o = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(o, "tokens"),
-          *lps = cJSON_AddArrayToObject(o, "token_logprobs"), *tops = cJSON_AddArrayToObject(o, "top_logprobs"),
-          *offs = cJSON_AddArrayToObject(o, "text_offset");
-    char piece[512];
-    for (int i = 0; i < n; i++) {
-        token_piece(h, lp[i].id, piece, sizeof piece);
-        cJSON_AddItemToArray(toks, cJSON_CreateString(piece));
-        if (isnan(lp[i].logprob)) {
-            cJSON_AddItemToArray(lps, cJSON_CreateNull());
-            cJSON_AddItemToArray(tops, cJSON_CreateNull());
-        } else {
-            cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp[i].logprob));
-            cJSON *t = cJSON_CreateObject();
-            for (int j = 0; j < lp[i].n_top; j++) {
-                token_piece(h, lp[i].top_id[j], piece, sizeof piece);
-                if (!cJSON_GetObjectItemCaseSensitive(t, piece)) cJSON_AddNumberToObject(t, piece, lp[i].top_lp[j]);
-            }
-            cJSON_AddItemToArray(tops, t);
-        }
-        double off = lp[i].offset + (first + i >= n_prompt ? (double)echo_len : 0);
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber(off));
-    }
-    return o;
-}
-
 /* One choice: text (NULL: none), finish reason (0: null), logprobs (NULL: null; taken). */
 static cJSON *choice(const srv_req *r, const char *text, int finish, int delta, int role, cJSON *lp) {
     cJSON *ch = cJSON_CreateObject();
@@ -269,8 +198,8 @@ static void sse(stream *st, cJSON *j) {
 /* The logprobs of a request's entries first..first+n (NULL when none were asked for). */
 static cJSON *logprobs_json(srv_http *h, const srv_req *r, const srv_lp *lp, int n, int first, const char *echo) {
     if (!r->logprobs) return NULL;
-    if (r->chat) return chat_logprobs(h, lp, n);
-    return cmpl_logprobs(h, lp, n, first, r->echo ? r->n_prompt : 0, echo ? strlen(echo) : 0);
+    if (r->chat) return srv_chat_logprobs_json(h->tok, lp, n);
+    return srv_cmpl_logprobs_json(h->tok, lp, n, first, r->echo ? r->n_prompt : 0, echo ? strlen(echo) : 0);
 }
 
 static void sse_chunk(stream *st, const char *text, int finish, int role, const srv_lp *lp, int n_lp) {
