@@ -100,10 +100,17 @@ static size_t payload_bytes(const sess_header *h) {
     return all + (size_t)h->n_past * 4;
 }
 
-/* The device and its cache that hold model layer l. */
-static const kvq_acts *acts_for(const kvq_context *c, int l, int *dev) {
-    *dev = c->m->n_dev > 1 && l >= c->act[1].layer0 ? 1 : 0;
-    return &c->act[*dev];
+/* Section i of the rows (layer i / 2, K when i is even, V when odd): the device that holds
+ * that layer, its cache, and the layer's index there. */
+typedef struct {
+    const kvq_dev *dev;
+    kvq_kvbuf *kv;
+    int layer, v;
+} sess_section;
+
+static sess_section section_at(const kvq_context *c, int i) {
+    int l = i / 2, d = c->m->n_dev > 1 && l >= c->act[1].layer0 ? 1 : 0;
+    return (sess_section){&c->m->dev[d], c->act[d].kv, l - c->act[d].layer0, i % 2};
 }
 
 kvq_status kvq_context_save(const kvq_context *c, const char *path, const int32_t *tokens, int n_tokens) {
@@ -141,16 +148,13 @@ kvq_status kvq_context_save(const kvq_context *c, const char *path, const int32_
     }
     free(tok);
     kvq_status s = ok ? KVQ_OK : kvq_fail(KVQ_ERR_IO, "%s: write failed", tmp);
-    for (int l = 0; !s && l < (int)h.n_layer; l++)
-        for (int v = 0; !s && v < 2; v++) {
-            int d;
-            const kvq_acts *a = acts_for(c, l, &d);
-            const kvq_dev *dev = &c->m->dev[d];
-            size_t n = section_bytes(&h, v, h.n_past);
-            if (n && (s = dev->be->kv_read(dev->b, a->kv, l - a->layer0, v, 0, (int)h.n_past, rows))) break;
-            sum = kvq_fnv1a(sum, rows, n);
-            if (fwrite(rows, 1, n, f) != n) s = kvq_fail(KVQ_ERR_IO, "%s: write failed", tmp);
-        }
+    for (int i = 0; !s && i < 2 * (int)h.n_layer; i++) {
+        sess_section x = section_at(c, i);
+        size_t n = section_bytes(&h, x.v, h.n_past);
+        if (n && (s = x.dev->be->kv_read(x.dev->b, x.kv, x.layer, x.v, 0, (int)h.n_past, rows))) break;
+        sum = kvq_fnv1a(sum, rows, n);
+        if (fwrite(rows, 1, n, f) != n) s = kvq_fail(KVQ_ERR_IO, "%s: write failed", tmp);
+    }
     uint8_t tail[8];
     put64(tail, sum);
     if (!s && fwrite(tail, 1, 8, f) != 8) s = kvq_fail(KVQ_ERR_IO, "%s: write failed", tmp);
@@ -242,15 +246,12 @@ kvq_status kvq_context_restore(kvq_context *c, const char *path, int32_t *tokens
     }
     /* checked: now the cache changes */
     off = HEADER_BYTES + (size_t)h.n_past * 4;
-    for (int l = 0; !s && l < (int)h.n_layer; l++)
-        for (int v = 0; !s && v < 2; v++) {
-            int d;
-            const kvq_acts *a = acts_for(c, l, &d);
-            const kvq_dev *dev = &c->m->dev[d];
-            size_t n = section_bytes(&h, v, h.n_past);
-            if (n) s = dev->be->kv_write(dev->b, a->kv, l - a->layer0, v, 0, (int)h.n_past, p + off);
-            off += n;
-        }
+    for (int i = 0; !s && i < 2 * (int)h.n_layer; i++) {
+        sess_section x = section_at(c, i);
+        size_t n = section_bytes(&h, x.v, h.n_past);
+        if (n) s = x.dev->be->kv_write(x.dev->b, x.kv, x.layer, x.v, 0, (int)h.n_past, p + off);
+        off += n;
+    }
     for (int d = 0; !s && d < c->m->n_dev; d++)
         if (c->m->dev[d].be->flush) s = c->m->dev[d].be->flush(c->m->dev[d].b);
     c->n_past = s ? 0 : (int)h.n_past; /* a failed write leaves no usable positions */

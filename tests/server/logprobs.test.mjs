@@ -33,6 +33,20 @@ function checkChatEntry(e, k) {
   }
 }
 
+
+// A streamed text completion's text and its logprobs, chunk by chunk put together.
+async function collectCompletion(stream) {
+  const got = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  let text = "";
+  for await (const ch of stream) {
+    const x = ch.choices[0];
+    if (!x) continue;
+    text += x.text;
+    if (x.logprobs) for (const k of Object.keys(got)) got[k].push(...x.logprobs[k]);
+  }
+  return { text, got };
+}
+
 test("chat: greedy tokens are the top-1 of their top_logprobs, sorted, of the requested length", async () => {
   const r = await client.chat.completions.create({ ...chatReq, logprobs: true, top_logprobs: 5 });
   const c = r.choices[0];
@@ -90,14 +104,7 @@ test("completions: tokens add up to the text, offsets point at them, streamed eq
     assert.equal(best, lp.token_logprobs[i], "greedy: the chosen token is the most likely");
   }
   const s = await client.completions.create({ ...req, stream: true });
-  const got = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
-  let text = "";
-  for await (const ch of s) {
-    const x = ch.choices[0];
-    if (!x) continue;
-    text += x.text;
-    if (x.logprobs) for (const k of Object.keys(got)) got[k].push(...x.logprobs[k]);
-  }
+  const { text, got } = await collectCompletion(s);
   assert.equal(text, c.text);
   assert.deepEqual(got, lp);
 });
@@ -121,14 +128,7 @@ test("echo: one entry per prompt token then the generated ones, the first null; 
   assert.equal(c.text, cmplReq.prompt + plain.choices[0].text);
   assert.deepEqual(lp.token_logprobs.slice(r.usage.prompt_tokens), plain.choices[0].logprobs.token_logprobs);
   const s = await client.completions.create({ ...req, stream: true });
-  const got = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
-  let text = "";
-  for await (const ch of s) {
-    const x = ch.choices[0];
-    if (!x) continue;
-    text += x.text;
-    if (x.logprobs) for (const k of Object.keys(got)) got[k].push(...x.logprobs[k]);
-  }
+  const { text, got } = await collectCompletion(s);
   assert.equal(text, c.text);
   assert.deepEqual(got, lp);
 });
