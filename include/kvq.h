@@ -163,6 +163,8 @@ typedef struct {
     int allocs;                             /* device memory allocations held */
     size_t host_fallback_bytes;             /* buffers in host memory because the device was full */
     int pipelines;                          /* compute pipelines created so far (at load and context creation) */
+    uint64_t dsets;                         /* descriptor sets allocated and written (0 per token when reused) */
+    uint64_t waits;                         /* times the host blocked on the GPU's fences */
 } kvq_backend_stats;
 KVQ_API void kvq_model_backend_stats(const kvq_model *m, kvq_backend_stats *out);
 /* With KVQ_VK_PROFILE=1 in the environment at load (the GPU then runs one command at a time):

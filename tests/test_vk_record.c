@@ -287,6 +287,40 @@ static void test_vk_model_budget(void **s) {
     kvq_model_free(m);
 }
 
+/* With the matvecs split over a GPU's workgroups (KVQ_VK_TARGET_GROUPS=256 unless the run sets
+ * another count), each forward binds the partial-sum and counter rings at the same offsets as the
+ * one before: no new descriptor set from the third decoded token on, and the host waits at most
+ * twice per token (no wait for a full descriptor pool mid-token). */
+static void test_vk_split_reuses_sets(void **s) {
+    (void)s;
+    if (!tu_backend_starts("vulkan")) skip();
+    int own = !getenv("KVQ_VK_TARGET_GROUPS");
+    if (own) setenv("KVQ_VK_TARGET_GROUPS", "256", 1);
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = "vulkan";
+    kvq_model *m;
+    kvq_status st = kvq_model_load(KVQ_SOURCE_DIR "/models/demo", &mp, &m);
+    if (own) unsetenv("KVQ_VK_TARGET_GROUPS");
+    assert_int_equal(st, KVQ_OK);
+    kvq_context *c;
+    assert_int_equal(kvq_context_new(m, NULL, &c), KVQ_OK);
+    int32_t ids[6] = {1, 2, 3, 4, 5, 6};
+    assert_int_equal(kvq_eval(c, ids, 3), KVQ_OK);
+    for (int i = 0; i < 40; i++) { /* past the point where a ring that carried over would have filled the pool */
+        kvq_backend_stats s0, s1;
+        kvq_model_backend_stats(m, &s0);
+        assert_int_equal(kvq_eval(c, &ids[i % 6], 1), KVQ_OK);
+        kvq_model_backend_stats(m, &s1);
+        if (i >= 2 && s1.dsets != s0.dsets)
+            fail_msg("decoded token %d wrote %llu new descriptor sets", i + 1, (unsigned long long)(s1.dsets - s0.dsets));
+        if (s1.waits - s0.waits > 2)
+            fail_msg("decoded token %d waited %llu times", i + 1, (unsigned long long)(s1.waits - s0.waits));
+        if (i == 0) assert_true(s1.dispatches > s0.dispatches);
+    }
+    kvq_context_free(c);
+    kvq_model_free(m);
+}
+
 /* Every matmul, get_rows and elementwise pipeline is built at load (weight upload), the
  * attention ones when a context makes its cache (kv_new): a prompt of 7 tokens (tiles), decode steps (n = 1), n = 2 and 4 token steps and a batched step of 3
  * contexts (the n = 2..4 matvecs) build none after it. The demo model as is (fp16 tables where
@@ -375,6 +409,7 @@ int main(void) {
         cmocka_unit_test(test_reflection),        cmocka_unit_test(test_block_allocator),
         cmocka_unit_test(test_alloc_cap),         cmocka_unit_test(test_pipeline_cache),
         cmocka_unit_test(test_device_lost_sticky), cmocka_unit_test(test_vk_model_budget),
+        cmocka_unit_test(test_vk_split_reuses_sets),
         cmocka_unit_test(test_pipelines_at_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -181,7 +181,7 @@ void kvq_model_backend_stats(const kvq_model *m, kvq_backend_stats *out) {
         m->dev[d].be->stats(m->dev[d].b, &s);
         out->dispatches += s.dispatches, out->barriers += s.barriers, out->submits += s.submits;
         out->allocs += s.allocs, out->host_fallback_bytes += s.host_fallback_bytes;
-        out->pipelines += s.pipelines;
+        out->pipelines += s.pipelines, out->dsets += s.dsets, out->waits += s.waits;
     }
 }
 

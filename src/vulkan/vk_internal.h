@@ -84,6 +84,7 @@ typedef struct {
 /* Counters since open, for kvq-bench and the plan line. */
 typedef struct {
     uint64_t dispatches, barriers, submits, dset_allocs;
+    uint64_t waits;             /* host blocks on fences: one per vk_finish with work in flight, one per full ring */
     size_t host_fallback_bytes; /* buffers placed in host-visible memory because the device was full */
 } vk_counters;
 

@@ -118,6 +118,7 @@ static int begin(kvq_bctx *b) {
         return 0;
     }
     vk_slot *s = &b->slots[b->cur];
+    if (s->pending) b->count.waits++; /* every slot in flight: the host waits for the oldest */
     if (!wait_slot(b, s)) return 0;
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
@@ -173,6 +174,7 @@ void vk_finish(kvq_bctx *b) {
         if (b->qpool && b->timing) vkCmdWriteTimestamp(b->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->qpool, 1);
         submit_piece(b);
     }
+    b->count.waits++;
     for (int k = 0; k < VK_SLOTS; k++) /* oldest first */
         if (!wait_slot(b, &b->slots[(b->cur + k) % VK_SLOTS])) break;
     if (b->dead) return;
@@ -188,6 +190,10 @@ void vk_finish(kvq_bctx *b) {
     b->stage_used = 0;
     b->rope.inv_freq = NULL; /* its table lived in the staging ring */
     b->n_pend_r = b->n_pend_w = b->pend_full = 0;
+    /* everything finished: the split matvecs' partial sums are consumed and their counters back to
+     * zero (each last workgroup clears its own), so the rings start over and the next forward binds
+     * the same offsets as this one, reusing its descriptor sets instead of writing new ones */
+    b->part_off = b->cnt_off = 0;
     if (b->n_dsets >= DSET_MAX) vk_dsets_clear(b);
 }
 

@@ -351,8 +351,10 @@ int kvq_bench_model(int argc, char **argv) {
            "sample_default_128k_us=%.1f", pp, tg, (double)pp / best_pp, tg_tps,
            bw > 0 ? tok_bytes * tg_tps / 1e9 / bw : 0, smp[0] * 1e6, smp[1] * 1e6, smp[3] * 1e6);
     if (st1.dispatches > st0.dispatches) /* a GPU: its commands per decoded token */
-        printf(" dispatches=%.0f barriers=%.0f submits=%.1f", (double)(st1.dispatches - st0.dispatches) / (double)tg,
-               (double)(st1.barriers - st0.barriers) / (double)tg, (double)(st1.submits - st0.submits) / (double)tg);
+        printf(" dispatches=%.0f barriers=%.0f submits=%.1f dsets=%.1f waits=%.1f",
+               (double)(st1.dispatches - st0.dispatches) / (double)tg, (double)(st1.barriers - st0.barriers) / (double)tg,
+               (double)(st1.submits - st0.submits) / (double)tg, (double)(st1.dsets - st0.dsets) / (double)tg,
+               (double)(st1.waits - st0.waits) / (double)tg);
     printf("\n");
     free(ids);
     kvq_context_free(c);
