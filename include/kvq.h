@@ -191,6 +191,10 @@ KVQ_API kvq_context_params kvq_context_default_params(void);
 
 KVQ_API kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *p, kvq_context **out);
 KVQ_API void kvq_context_free(kvq_context *c);
+/* A warning about the context as made, "" when there is none: a GPU whose memory was full put
+ * MiB of its KV cache and activations in host memory, which it reads over the bus (slower; fewer
+ * GPU layers or a smaller context keep them on the device). The tools print it on stderr. */
+KVQ_API const char *kvq_context_note(const kvq_context *c);
 
 /* Evaluates n tokens at positions n_past .. n_past+n-1 (n_past = tokens already in
  * the cache). Splits into n_batch pieces internally. */

@@ -252,6 +252,7 @@ int kvq_bench_model(int argc, char **argv) {
     cp.type_v = (kvq_cache_type)tv;
     kvq_context *c;
     if (kvq_context_new(m, &cp, &c) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+    kvq_tool_report_context(P, c);
     /* token ids spread over the vocabulary: speed does not depend on which */
     int nv = kvq_model_n_vocab(m);
     int32_t *ids = malloc(sizeof *ids * (size_t)pp);
