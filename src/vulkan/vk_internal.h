@@ -5,9 +5,10 @@
  * command buffers. A barrier goes in only where a command reads what an earlier
  * one wrote, or writes what an earlier one read or wrote, since the last barrier
  * (each pipeline knows which bindings its shader writes, from the SPIR-V), so
- * independent matvecs run without one between them. Every VK_PIECE dispatches the
- * command buffer is submitted without waiting, so the GPU runs while the host
- * records the rest; buf_read / flush submit the last piece and wait for all.
+ * independent matvecs run without one between them. The command buffer is submitted
+ * in pieces (16 dispatches, then twice as many each time) without waiting, so the GPU
+ * runs while the host records the rest; buf_read / flush submit the last piece and
+ * wait for all.
  * Errors never stop recording: the first one is kept in b->err (+ message) and
  * returned at the next submit; a lost device (or a GPU that never finishes) is
  * sticky: every later call fails with it.
@@ -32,7 +33,7 @@
 #define VK_MAX_BINDINGS 8
 #define VK_PC_BYTES 128
 #define VK_MAX_PIPES 128
-#define VK_SLOTS 3     /* command buffers in flight */
+#define VK_SLOTS 8     /* command buffers in flight: a whole 70B token's pieces (vk_record.c) */
 #define VK_TRACK 64    /* buffer ranges remembered since the last barrier */
 
 typedef struct vk_block vk_block; /* one device allocation holding many buffers (vk_alloc.c) */
@@ -130,6 +131,7 @@ struct kvq_bctx {
     int cur;                      /* slot being recorded (or next to record) */
     VkCommandBuffer cmd;          /* slots[cur].cmd while recording */
     int recording, piece;         /* piece: dispatches in the command buffer being recorded */
+    int batch_pieces;             /* pieces submitted since the last wait */
     int timing;                   /* the first timestamp of this batch is written */
     vk_range pend_r[VK_TRACK], pend_w[VK_TRACK]; /* read / written since the last barrier */
     int n_pend_r, n_pend_w, pend_full;

@@ -3,8 +3,10 @@
  *   whose writes it reads, or whose reads or writes it overwrites;
  * - descriptor sets cached by their bindings, so a token's dispatches reuse the sets of the
  *   token before instead of allocating and writing one each;
- * - submits every VK_PIECE dispatches without waiting (VK_SLOTS command buffers in flight),
- *   so the GPU works while the host records; a wait covers everything submitted;
+ * - submits pieces without waiting (VK_SLOTS command buffers in flight), so the GPU works while
+ *   the host records: the first after VK_PIECE_FIRST dispatches so the GPU starts early, each
+ *   next one twice as long up to VK_PIECE_MAX, so a token's pieces fit the slots and the host
+ *   waits once per token, not for a free slot; a wait covers everything submitted;
  * - a lost device, or a GPU that does not finish within FENCE_TIMEOUT_NS, is sticky: nothing
  *   pending is reset or submitted again, every later call fails with the same message. */
 #include <stdio.h>
@@ -15,7 +17,8 @@
 #include "vulkan/vk_internal.h"
 
 #define STAGE_BYTES (8u << 20)  /* initial staging ring; grows for larger writes */
-#define VK_PIECE 64             /* dispatches per submitted piece */
+#define VK_PIECE_FIRST 16       /* dispatches in a batch's first piece; doubling up to VK_PIECE_MAX */
+#define VK_PIECE_MAX 512
 #define DSET_SLOTS 8192         /* descriptor cache table (power of two) */
 #define DSET_MAX 6144           /* sets before the pool is reset (at the next idle point) */
 #define FENCE_TIMEOUT_NS (600ull * 1000 * 1000 * 1000)
@@ -155,6 +158,7 @@ static void submit_piece(kvq_bctx *b) {
     }
     s->pending = 1;
     b->count.submits++;
+    b->batch_pieces++;
     b->cur = (b->cur + 1) % VK_SLOTS;
 }
 
@@ -194,6 +198,7 @@ void vk_finish(kvq_bctx *b) {
      * zero (each last workgroup clears its own), so the rings start over and the next forward binds
      * the same offsets as this one, reusing its descriptor sets instead of writing new ones */
     b->part_off = b->cnt_off = 0;
+    b->batch_pieces = 0;
     if (b->n_dsets >= DSET_MAX) vk_dsets_clear(b);
 }
 
@@ -419,7 +424,8 @@ static void record_dispatch(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, 
                 bytes += (double)(bind[i].range != VK_WHOLE_SIZE && bind[i].range ? bind[i].range : bind[i].bytes);
         vk_prof_mark(b, p->key, bytes);
     }
-    if (++b->piece >= VK_PIECE) submit_piece(b);
+    int bp = b->batch_pieces < 5 ? b->batch_pieces : 5;
+    if (++b->piece >= (VK_PIECE_FIRST << bp < VK_PIECE_MAX ? VK_PIECE_FIRST << bp : VK_PIECE_MAX)) submit_piece(b);
 }
 
 /* Deferred dispatches (a matvec's reduce) run before any other command, except the
