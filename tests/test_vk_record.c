@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -258,6 +259,38 @@ static void test_device_lost_sticky(void **s) {
     be->release(b);
 }
 
+/* A piece the GPU does not finish within the hang limit is reported as a hang at once, not after
+ * minutes: here adds over 64 MiB (many milliseconds on lavapipe) under a 1 ms limit. The loss
+ * sticks, and closing leaves alone whatever the device may still be running. */
+static void test_hang_reported(void **s) {
+    (void)s;
+    setenv("KVQ_VK_HANG_MS", "1234", 1);
+    kvq_bctx *b = start();
+    unsetenv("KVQ_VK_HANG_MS");
+    if (!b) skip();
+    assert_int_equal(b->hang_ms, 1234);
+    int n = 1 << 24;
+    kvq_buf *a = filled(b, 1, n), *x = filled(b, 1, n);
+    assert_int_equal(be->flush(b), KVQ_OK);
+    b->hang_ms = 1;
+    for (int i = 0; i < 8; i++) be->add(b, a, x, n);
+    float v;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kvq_status st = be->buf_read(b, a, 0, &v, sizeof v);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    print_message("hang reported after %.3f s: %s\n", secs, kvq_last_error());
+    assert_int_not_equal(st, KVQ_OK);
+    assert_non_null(strstr(kvq_last_error(), "did not finish"));
+    assert_true(secs < 5);
+    be->add(b, a, x, n);
+    assert_int_not_equal(be->flush(b), KVQ_OK); /* sticky */
+    assert_non_null(strstr(kvq_last_error(), "did not finish"));
+    be->buf_free(b, a), be->buf_free(b, x);
+    be->release(b);
+}
+
 /* A decode step of the demo model on Vulkan stays within its command budget: dispatches and
  * barriers per layer (the README lists the 7B figures). */
 static void test_vk_model_budget(void **s) {
@@ -408,7 +441,7 @@ int main(void) {
         cmocka_unit_test(test_barriers),          cmocka_unit_test(test_descriptor_cache),
         cmocka_unit_test(test_reflection),        cmocka_unit_test(test_block_allocator),
         cmocka_unit_test(test_alloc_cap),         cmocka_unit_test(test_pipeline_cache),
-        cmocka_unit_test(test_device_lost_sticky), cmocka_unit_test(test_vk_model_budget),
+        cmocka_unit_test(test_device_lost_sticky), cmocka_unit_test(test_hang_reported), cmocka_unit_test(test_vk_model_budget),
         cmocka_unit_test(test_vk_split_reuses_sets),
         cmocka_unit_test(test_pipelines_at_load),
     };

@@ -132,6 +132,8 @@ struct kvq_bctx {
     VkCommandBuffer cmd;          /* slots[cur].cmd while recording */
     int recording, piece;         /* piece: dispatches in the command buffer being recorded */
     int batch_pieces;             /* pieces submitted since the last wait */
+    uint64_t piece_tiles;         /* mm_tile workgroups in the piece being recorded */
+    long hang_ms;                 /* a piece not finished after this is a hung GPU (KVQ_VK_HANG_MS) */
     int timing;                   /* the first timestamp of this batch is written */
     vk_range pend_r[VK_TRACK], pend_w[VK_TRACK]; /* read / written since the last barrier */
     int n_pend_r, n_pend_w, pend_full;
@@ -259,6 +261,8 @@ void vk_finish(kvq_bctx *b);
 int vk_busy(const kvq_bctx *b);
 /* Drops the cached descriptor sets (a buffer they name is going away); b must be idle. */
 void vk_dsets_clear(kvq_bctx *b);
+/* 1 when the device hung with work it may still be running (never destroy what that uses). */
+int vk_in_flight(kvq_bctx *b);
 /* Frees a buffer, first waiting for recorded work that may use it. */
 void vk_buf_free(kvq_bctx *b, kvq_buf *x);
 /* A persistent device buffer of at least `bytes` for slot 0..7 (grows, waiting for pending
