@@ -163,6 +163,8 @@ typedef struct {
     int allocs;                             /* device memory allocations held */
     size_t host_fallback_bytes;             /* buffers in host memory because the device was full */
     int pipelines;                          /* compute pipelines created so far (at load and context creation) */
+    uint64_t dsets;                         /* descriptor sets allocated and written (0 per token when reused) */
+    uint64_t waits;                         /* times the host blocked on the GPU's fences */
 } kvq_backend_stats;
 KVQ_API void kvq_model_backend_stats(const kvq_model *m, kvq_backend_stats *out);
 /* With KVQ_VK_PROFILE=1 in the environment at load (the GPU then runs one command at a time):
@@ -189,6 +191,10 @@ KVQ_API kvq_context_params kvq_context_default_params(void);
 
 KVQ_API kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *p, kvq_context **out);
 KVQ_API void kvq_context_free(kvq_context *c);
+/* A warning about the context as made, "" when there is none: a GPU whose memory was full put
+ * MiB of its KV cache and activations in host memory, which it reads over the bus (slower; fewer
+ * GPU layers or a smaller context keep them on the device). The tools print it on stderr. */
+KVQ_API const char *kvq_context_note(const kvq_context *c);
 
 /* Evaluates n tokens at positions n_past .. n_past+n-1 (n_past = tokens already in
  * the cache). Splits into n_batch pieces internally. Longrope (Phi-3): a call that takes the

@@ -1,5 +1,6 @@
 /* kvq_context_*: KV cache and activation buffers on the model's backend, kvq_eval. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +87,8 @@ kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_c
     float af = hp->rope_scaling == KVQ_ROPE_LONGROPE ? hp->rope_attn_factor : 1.0f;
     c->attn_scale = af * af / sqrtf((float)hp->head_dim);
     int split = m->n_dev > 1 ? m->gpu_from : hp->n_layer;
+    kvq_backend_stats st0, st1;
+    kvq_model_backend_stats(m, &st0);
     s = acts_new(c, 0, 0, split, &kd);
     if (!s && m->n_dev > 1) s = acts_new(c, 1, split, hp->n_layer, &kd);
     size_t nb = (size_t)p.n_batch * sizeof(float);
@@ -104,6 +107,11 @@ kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_c
     if (!s && m->rope_freqs_long && p.n_ctx > hp->rope_orig_ctx && !(c->hist = malloc(sizeof(int32_t) * (size_t)p.n_ctx)))
         s = kvq_fail(KVQ_ERR_NOMEM, "out of memory for the token history");
     c->logits_cap = 1;
+    kvq_model_backend_stats(m, &st1);
+    if (!s && st1.host_fallback_bytes > st0.host_fallback_bytes)
+        snprintf(c->note, sizeof c->note, "warning: the GPU is full: %.1f MiB of this context's KV cache and activations "
+                 "are in host memory, read over the bus (fewer GPU layers or a smaller context avoid it)",
+                 (double)(st1.host_fallback_bytes - st0.host_fallback_bytes) / (1 << 20));
     if (s) {
         kvq_context_free(c);
         return s;
@@ -111,6 +119,8 @@ kvq_status kvq_context_new(kvq_model *m, const kvq_context_params *params, kvq_c
     *out = c;
     return KVQ_OK;
 }
+
+const char *kvq_context_note(const kvq_context *c) { return c->note; }
 
 void kvq_context_free(kvq_context *c) {
     if (!c) return;

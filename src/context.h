@@ -39,6 +39,7 @@ struct kvq_context {
     int logits_buf_rows;
     float *logits_host;      /* rows of the last kvq_eval call */
     int logits_rows, logits_cap;
+    char note[192];          /* kvq_context_note */
 };
 
 /* One context's share of a forward pass: rows row0 .. row0+n-1 of the activations. */

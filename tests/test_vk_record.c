@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -258,6 +259,38 @@ static void test_device_lost_sticky(void **s) {
     be->release(b);
 }
 
+/* A piece the GPU does not finish within the hang limit is reported as a hang at once, not after
+ * minutes: here adds over 64 MiB (many milliseconds on lavapipe) under a 1 ms limit. The loss
+ * sticks, and closing leaves alone whatever the device may still be running. */
+static void test_hang_reported(void **s) {
+    (void)s;
+    setenv("KVQ_VK_HANG_MS", "1234", 1);
+    kvq_bctx *b = start();
+    unsetenv("KVQ_VK_HANG_MS");
+    if (!b) skip();
+    assert_int_equal(b->hang_ms, 1234);
+    int n = 1 << 24;
+    kvq_buf *a = filled(b, 1, n), *x = filled(b, 1, n);
+    assert_int_equal(be->flush(b), KVQ_OK);
+    b->hang_ms = 1;
+    for (int i = 0; i < 8; i++) be->add(b, a, x, n);
+    float v;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kvq_status st = be->buf_read(b, a, 0, &v, sizeof v);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    print_message("hang reported after %.3f s: %s\n", secs, kvq_last_error());
+    assert_int_not_equal(st, KVQ_OK);
+    assert_non_null(strstr(kvq_last_error(), "did not finish"));
+    assert_true(secs < 5);
+    be->add(b, a, x, n);
+    assert_int_not_equal(be->flush(b), KVQ_OK); /* sticky */
+    assert_non_null(strstr(kvq_last_error(), "did not finish"));
+    be->buf_free(b, a), be->buf_free(b, x);
+    be->release(b);
+}
+
 /* A decode step of the demo model on Vulkan stays within its command budget: dispatches and
  * barriers per layer (the README lists the 7B figures). */
 static void test_vk_model_budget(void **s) {
@@ -283,6 +316,40 @@ static void test_vk_model_budget(void **s) {
     assert_true(disp <= 18.0 * L + 8);
     assert_true(bar <= 0.8 * disp);
     assert_true(s1.allocs <= 8);
+    kvq_context_free(c);
+    kvq_model_free(m);
+}
+
+/* With the matvecs split over a GPU's workgroups (KVQ_VK_TARGET_GROUPS=256 unless the run sets
+ * another count), each forward binds the partial-sum and counter rings at the same offsets as the
+ * one before: no new descriptor set from the third decoded token on, and the host waits at most
+ * twice per token (no wait for a full descriptor pool mid-token). */
+static void test_vk_split_reuses_sets(void **s) {
+    (void)s;
+    if (!tu_backend_starts("vulkan")) skip();
+    int own = !getenv("KVQ_VK_TARGET_GROUPS");
+    if (own) setenv("KVQ_VK_TARGET_GROUPS", "256", 1);
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = "vulkan";
+    kvq_model *m;
+    kvq_status st = kvq_model_load(KVQ_SOURCE_DIR "/models/demo", &mp, &m);
+    if (own) unsetenv("KVQ_VK_TARGET_GROUPS");
+    assert_int_equal(st, KVQ_OK);
+    kvq_context *c;
+    assert_int_equal(kvq_context_new(m, NULL, &c), KVQ_OK);
+    int32_t ids[6] = {1, 2, 3, 4, 5, 6};
+    assert_int_equal(kvq_eval(c, ids, 3), KVQ_OK);
+    for (int i = 0; i < 40; i++) { /* past the point where a ring that carried over would have filled the pool */
+        kvq_backend_stats s0, s1;
+        kvq_model_backend_stats(m, &s0);
+        assert_int_equal(kvq_eval(c, &ids[i % 6], 1), KVQ_OK);
+        kvq_model_backend_stats(m, &s1);
+        if (i >= 2 && s1.dsets != s0.dsets)
+            fail_msg("decoded token %d wrote %llu new descriptor sets", i + 1, (unsigned long long)(s1.dsets - s0.dsets));
+        if (s1.waits - s0.waits > 2)
+            fail_msg("decoded token %d waited %llu times", i + 1, (unsigned long long)(s1.waits - s0.waits));
+        if (i == 0) assert_true(s1.dispatches > s0.dispatches);
+    }
     kvq_context_free(c);
     kvq_model_free(m);
 }
@@ -374,7 +441,8 @@ int main(void) {
         cmocka_unit_test(test_barriers),          cmocka_unit_test(test_descriptor_cache),
         cmocka_unit_test(test_reflection),        cmocka_unit_test(test_block_allocator),
         cmocka_unit_test(test_alloc_cap),         cmocka_unit_test(test_pipeline_cache),
-        cmocka_unit_test(test_device_lost_sticky), cmocka_unit_test(test_vk_model_budget),
+        cmocka_unit_test(test_device_lost_sticky), cmocka_unit_test(test_hang_reported), cmocka_unit_test(test_vk_model_budget),
+        cmocka_unit_test(test_vk_split_reuses_sets),
         cmocka_unit_test(test_pipelines_at_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -175,8 +175,38 @@ static void test_host_fallback(void **s) {
     const char *fb = strstr(err, "host_fallback_mib=");
     assert_non_null(fb);
     assert_true(atof(fb + strlen("host_fallback_mib=")) > 1.0);
+    /* the device was already full when the context made its cache: one line says so */
+    const char *w = strstr(err, "kvq-chat: warning: the GPU is full: ");
+    assert_non_null(w);
+    assert_true(atof(w + strlen("kvq-chat: warning: the GPU is full: ")) > 0.5);
+    assert_non_null(strstr(w, "MiB of this context's KV cache"));
     assert_string_equal(out, ref);
     free(ref), free(out), free(err);
+}
+
+/* -ngl auto told of more free memory (KVQ_VK_BUDGET) than the device has (KVQ_VK_MEMORY_LIMIT):
+ * its first plan spills weights, so it loads again with fewer GPU layers; none spill, the plan
+ * line says why, and the reply is the device's. */
+static void test_auto_no_spill(void **s) {
+    (void)s;
+    if (!vulkan_starts()) skip();
+    char cmd[8192];
+    int st;
+    snprintf(cmd, sizeof cmd, "%s/kvq-chat --backend vulkan -p 'The jury' -n 8 --temp 0 2>/dev/null", KVQ_TOOLS_DIR);
+    char *ref = tu_run(cmd, &st);
+    assert_int_equal(st, 0);
+    snprintf(cmd, sizeof cmd, "KVQ_VK_BUDGET=1000000000 KVQ_VK_MEMORY_LIMIT=33500000 %s/kvq-chat --backend vulkan -ngl auto "
+             "-p 'The jury' -n 8 --temp 0 2>&1", KVQ_TOOLS_DIR);
+    char *out = tu_run(cmd, &st);
+    print_message("%s", out);
+    assert_int_equal(st, 0);
+    const char *plan = strstr(out, "plan: gpu_layers=");
+    assert_non_null(plan);
+    assert_true(atoi(plan + strlen("plan: gpu_layers=")) < 4);
+    assert_null(strstr(out, "host_fallback_mib="));
+    assert_non_null(strstr(plan, "spilled"));
+    assert_non_null(strstr(out, ref)); /* the reply among the tool's lines */
+    free(ref), free(out);
 }
 
 int main(void) {
@@ -187,6 +217,7 @@ int main(void) {
         cmocka_unit_test(test_no_such_device),
         cmocka_unit_test(test_oom_upload),
         cmocka_unit_test(test_host_fallback),
+        cmocka_unit_test(test_auto_no_spill),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

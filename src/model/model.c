@@ -71,7 +71,7 @@ static size_t plan_kv(const kvq_model *m, const kvq_model_params *p, int d, int 
  * the final norm, their share of the KV cache of plan_ctx positions (plan_type_k/v), the activations and a
  * headroom of 1/16 of the budget (drivers, the pipelines, fragmentation). Sizes are the
  * checkpoint's, which the GPU layouts match within a few percent. */
-static int auto_gpu_layers(const kvq_model *m, const kvq_model_params *p, int *embed_fits) {
+static int auto_gpu_layers(kvq_model *m, const kvq_model_params *p, int *embed_fits) {
     const kvq_hparams *hp = &m->hp;
     *embed_fits = 1;
     if (!m->be->mem_budget) return hp->n_layer;
@@ -94,6 +94,9 @@ static int auto_gpu_layers(const kvq_model *m, const kvq_model_params *p, int *e
     size_t act = 512 * sizeof(float) * (w.x + w.xb + w.xo + w.q + w.att + w.k + w.v + w.hb + w.hb2 + w.fused + w.moe_out) +
                  sizeof(float) * (size_t)hp->n_vocab;
     size_t need = head + act + budget / 16;
+    size_t all = 0;
+    for (int l = 0; l < hp->n_layer; l++) all += layer[l];
+    m->layer_bytes = hp->n_layer ? all / (size_t)hp->n_layer : 0;
     int n = 0;
     for (int l = hp->n_layer - 1; l >= 0 && need + layer[l] + kv <= budget; l--) need += layer[l] + kv, n++;
     free(layer);
@@ -181,7 +184,7 @@ void kvq_model_backend_stats(const kvq_model *m, kvq_backend_stats *out) {
         m->dev[d].be->stats(m->dev[d].b, &s);
         out->dispatches += s.dispatches, out->barriers += s.barriers, out->submits += s.submits;
         out->allocs += s.allocs, out->host_fallback_bytes += s.host_fallback_bytes;
-        out->pipelines += s.pipelines;
+        out->pipelines += s.pipelines, out->dsets += s.dsets, out->waits += s.waits;
     }
 }
 
@@ -257,10 +260,8 @@ static kvq_status identity(kvq_model *m, const char *dir) {
     return KVQ_OK;
 }
 
-kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_model **out) {
+static kvq_status load_once(const char *dir, const kvq_model_params *p, kvq_model **out) {
     *out = NULL;
-    kvq_model_params dp = kvq_model_default_params();
-    const kvq_model_params *p = params ? params : &dp;
     kvq_model *m = calloc(1, sizeof *m);
     if (!m) return kvq_fail(KVQ_ERR_NOMEM, "out of memory");
     kvq_status s;
@@ -304,6 +305,40 @@ kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_m
 fail:
     kvq_model_free(m);
     return s;
+}
+
+/* -ngl auto plans from checkpoint sizes; when the weights it put on the GPU did not all fit there
+ * (a driver's reserve, layouts larger than the checkpoint's), some landed in host memory, where the
+ * GPU reads them over the bus: slower than the CPU running those layers. Then load again with
+ * fewer GPU layers (the spill over a layer's average size, and one more) until nothing spills. */
+kvq_status kvq_model_load(const char *dir, const kvq_model_params *params, kvq_model **out) {
+    kvq_model_params dp = kvq_model_default_params(), q = params ? *params : dp;
+    kvq_status s = load_once(dir, &q, out);
+    if (s || q.n_gpu_layers != KVQ_GPU_LAYERS_AUTO) return s;
+    char note[sizeof(*out)->plan_note] = "";
+    for (int tries = 0; tries < 16; tries++) {
+        kvq_model *m = *out;
+        kvq_backend_stats st;
+        kvq_model_backend_stats(m, &st);
+        int n = kvq_model_gpu_layers(m);
+        if (!st.host_fallback_bytes || n <= 0) break;
+        size_t per_layer = m->layer_bytes ? m->layer_bytes : m->dev_bytes[m->n_dev - 1] / (size_t)n + 1;
+        int drop = (int)(st.host_fallback_bytes / per_layer) + 1;
+        snprintf(note, sizeof note, " (auto: %d GPU layers spilled %.1f MiB of weights to host memory; %d now)", n,
+                 (double)st.host_fallback_bytes / (1 << 20), n > drop ? n - drop : 0);
+        kvq_model_free(m);
+        q.n_gpu_layers = n > drop ? n - drop : 0;
+        if ((s = load_once(dir, &q, out))) return s;
+    }
+    if (*note) { /* the plan line says why it has fewer layers than the free memory suggested */
+        kvq_model *m = *out;
+        snprintf(m->plan_note, sizeof m->plan_note, "%s", note);
+        kvq_backend_stats st;
+        kvq_model_backend_stats(m, &st);
+        q.n_gpu_layers = KVQ_GPU_LAYERS_AUTO;
+        format_plan(m, &q, m->dev_bytes, st.allocs, st.host_fallback_bytes);
+    }
+    return KVQ_OK;
 }
 
 void kvq_model_free(kvq_model *m) {

@@ -56,6 +56,7 @@ struct kvq_model {
     char desc[256];
     char plan[320];
     char plan_note[128]; /* how -ngl auto chose, "" otherwise */
+    size_t layer_bytes;  /* -ngl auto: a layer's checkpoint bytes on average (0 otherwise) */
     char backend_note[512]; /* why auto selection passed over a backend ("" if it did not) */
 };
 

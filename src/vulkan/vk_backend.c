@@ -99,6 +99,8 @@ static void vkb_stats(kvq_bctx *b, kvq_backend_stats *out) {
     out->allocs = b->n_allocs;
     out->host_fallback_bytes = b->count.host_fallback_bytes;
     out->pipelines = b->n_pipes;
+    out->dsets = b->count.dset_allocs;
+    out->waits = b->count.waits;
 }
 
 /* Enough groups of 256 for count items, capped: the shaders loop with a grid stride. */

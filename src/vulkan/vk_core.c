@@ -241,12 +241,12 @@ kvq_status kvq_vk_open(const kvq_backend_opts *o, kvq_bctx **out) {
     kvq_status s = pick_device(b, want, allow_sw);
     if (!s) s = create_device(b);
     if (!s) vk_pipes_open(b);
+    b->software = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; /* before vk_record_init: its hang limit */
     if (!s) s = vk_record_init(b);
     if (s) {
         kvq_vk_close(b);
         return s;
     }
-    b->software = b->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     /* workgroups a matvec spreads over: 4 per compute unit where known */
     const char *tg = getenv("KVQ_VK_TARGET_GROUPS");
     if (tg && *tg) b->target_groups = (uint32_t)strtoul(tg, NULL, 10);
@@ -264,7 +264,12 @@ void kvq_vk_close(kvq_bctx *b) {
         vk_buf_free(b, b->readback);
         vk_buf_free(b, b->stage);
         vk_buf_free(b, b->dummy);
+        int hung = vk_in_flight(b);
         vk_record_close(b);
+        if (hung) { /* its commands may still run: the device and all on it stay (the process leaks them) */
+            free(b);
+            return;
+        }
         vk_pipes_close(b);
         if (!b->dead) vkDeviceWaitIdle(b->dev); /* a hung device would never answer */
         vk_alloc_close(b);

@@ -44,6 +44,7 @@
     X(DestroyFence) \
     X(WaitForFences) \
     X(ResetFences) \
+    X(GetFenceStatus) \
     X(CreateDescriptorSetLayout) \
     X(DestroyDescriptorSetLayout) \
     X(CreatePipelineLayout) \
@@ -123,6 +124,7 @@ void kvq_vk_load_instance(VkInstance inst);
 #define vkDestroyFence kvq_vk.DestroyFence
 #define vkWaitForFences kvq_vk.WaitForFences
 #define vkResetFences kvq_vk.ResetFences
+#define vkGetFenceStatus kvq_vk.GetFenceStatus
 #define vkCreateDescriptorSetLayout kvq_vk.CreateDescriptorSetLayout
 #define vkDestroyDescriptorSetLayout kvq_vk.DestroyDescriptorSetLayout
 #define vkCreatePipelineLayout kvq_vk.CreatePipelineLayout

@@ -5,9 +5,10 @@
  * command buffers. A barrier goes in only where a command reads what an earlier
  * one wrote, or writes what an earlier one read or wrote, since the last barrier
  * (each pipeline knows which bindings its shader writes, from the SPIR-V), so
- * independent matvecs run without one between them. Every VK_PIECE dispatches the
- * command buffer is submitted without waiting, so the GPU runs while the host
- * records the rest; buf_read / flush submit the last piece and wait for all.
+ * independent matvecs run without one between them. The command buffer is submitted
+ * in pieces (16 dispatches, then twice as many each time) without waiting, so the GPU
+ * runs while the host records the rest; buf_read / flush submit the last piece and
+ * wait for all.
  * Errors never stop recording: the first one is kept in b->err (+ message) and
  * returned at the next submit; a lost device (or a GPU that never finishes) is
  * sticky: every later call fails with it.
@@ -32,7 +33,7 @@
 #define VK_MAX_BINDINGS 8
 #define VK_PC_BYTES 128
 #define VK_MAX_PIPES 128
-#define VK_SLOTS 3     /* command buffers in flight */
+#define VK_SLOTS 8     /* command buffers in flight: a whole 70B token's pieces (vk_record.c) */
 #define VK_TRACK 64    /* buffer ranges remembered since the last barrier */
 
 typedef struct vk_block vk_block; /* one device allocation holding many buffers (vk_alloc.c) */
@@ -84,6 +85,7 @@ typedef struct {
 /* Counters since open, for kvq-bench and the plan line. */
 typedef struct {
     uint64_t dispatches, barriers, submits, dset_allocs;
+    uint64_t waits;             /* host blocks on fences: one per vk_finish with work in flight, one per full ring */
     size_t host_fallback_bytes; /* buffers placed in host-visible memory because the device was full */
 } vk_counters;
 
@@ -129,6 +131,9 @@ struct kvq_bctx {
     int cur;                      /* slot being recorded (or next to record) */
     VkCommandBuffer cmd;          /* slots[cur].cmd while recording */
     int recording, piece;         /* piece: dispatches in the command buffer being recorded */
+    int batch_pieces;             /* pieces submitted since the last wait */
+    uint64_t piece_tiles;         /* mm_tile workgroups in the piece being recorded */
+    long hang_ms;                 /* a piece not finished after this is a hung GPU (KVQ_VK_HANG_MS) */
     int timing;                   /* the first timestamp of this batch is written */
     vk_range pend_r[VK_TRACK], pend_w[VK_TRACK]; /* read / written since the last barrier */
     int n_pend_r, n_pend_w, pend_full;
@@ -256,6 +261,8 @@ void vk_finish(kvq_bctx *b);
 int vk_busy(const kvq_bctx *b);
 /* Drops the cached descriptor sets (a buffer they name is going away); b must be idle. */
 void vk_dsets_clear(kvq_bctx *b);
+/* 1 when the device hung with work it may still be running (never destroy what that uses). */
+int vk_in_flight(kvq_bctx *b);
 /* Frees a buffer, first waiting for recorded work that may use it. */
 void vk_buf_free(kvq_bctx *b, kvq_buf *x);
 /* A persistent device buffer of at least `bytes` for slot 0..7 (grows, waiting for pending

@@ -3,10 +3,13 @@
  *   whose writes it reads, or whose reads or writes it overwrites;
  * - descriptor sets cached by their bindings, so a token's dispatches reuse the sets of the
  *   token before instead of allocating and writing one each;
- * - submits every VK_PIECE dispatches without waiting (VK_SLOTS command buffers in flight),
- *   so the GPU works while the host records; a wait covers everything submitted;
- * - a lost device, or a GPU that does not finish within FENCE_TIMEOUT_NS, is sticky: nothing
- *   pending is reset or submitted again, every later call fails with the same message. */
+ * - submits pieces without waiting (VK_SLOTS command buffers in flight), so the GPU works while
+ *   the host records: the first after VK_PIECE_FIRST dispatches so the GPU starts early, each
+ *   next one twice as long up to VK_PIECE_MAX, so a token's pieces fit the slots and the host
+ *   waits once per token, not for a free slot; a wait covers everything submitted;
+ * - a lost device, or a piece the GPU does not finish within the hang limit (see wait_slot), is
+ *   sticky: nothing pending is reset or submitted again, every later call fails with the same
+ *   message, and what a hung GPU may still run is never destroyed (vk_in_flight). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +18,13 @@
 #include "vulkan/vk_internal.h"
 
 #define STAGE_BYTES (8u << 20)  /* initial staging ring; grows for larger writes */
-#define VK_PIECE 64             /* dispatches per submitted piece */
+#define VK_PIECE_FIRST 16       /* dispatches in a batch's first piece; doubling up to VK_PIECE_MAX */
+#define VK_PIECE_MAX 512
+#define VK_PIECE_TILES 1024     /* mm_tile workgroups in a piece (prompts): see wait_slot */
+#define HANG_MS_GPU 10000       /* a piece that has not finished after this is a hung GPU */
+#define HANG_MS_SOFTWARE 300000 /* lavapipe: a CPU runs the pieces, a prompt's tiles take seconds each */
 #define DSET_SLOTS 8192         /* descriptor cache table (power of two) */
 #define DSET_MAX 6144           /* sets before the pool is reset (at the next idle point) */
-#define FENCE_TIMEOUT_NS (600ull * 1000 * 1000 * 1000)
 
 #define VK_DEFER 4 /* deferred dispatches held at once */
 
@@ -32,8 +38,8 @@ static void die(kvq_bctx *b, VkResult r, const char *what) {
     if (b->dead) return;
     b->dead = KVQ_ERR_BACKEND;
     if (r == VK_TIMEOUT)
-        snprintf(b->dead_msg, sizeof b->dead_msg, "vulkan: the GPU did not finish %s within %llu s; the device is unusable "
-                 "until the model is loaded again", what, FENCE_TIMEOUT_NS / 1000000000ull);
+        snprintf(b->dead_msg, sizeof b->dead_msg, "vulkan: the GPU did not finish %s within %.3g s (hung?); the device is "
+                 "unusable until the model is loaded again", what, (double)b->hang_ms / 1000);
     else
         snprintf(b->dead_msg, sizeof b->dead_msg, "vulkan: %s while %s; the device is unusable until the model is loaded "
                  "again", vk_result_str(r), what);
@@ -97,11 +103,18 @@ static void reset_slot(kvq_bctx *b, vk_slot *s) {
     s->pending = 0;
 }
 
-/* Waits for one submitted piece; a timeout or a lost device is sticky. */
+/* Waits for one submitted piece; a timeout or a lost device is sticky.
+ * The hang rule: the GPU runs pieces in order and the host waits for them oldest first, so the
+ * clock of a wait starts no earlier than the piece before finished: a wait that runs out measures
+ * one piece alone. Pieces are bounded (VK_PIECE_MAX dispatches of at most one batch each, at most
+ * VK_PIECE_TILES prompt tiles: ~0.25 TFLOP at a 28672-wide K, well under a second on any working
+ * GPU), so a piece that takes b->hang_ms (10 s; 300 s on a software device; KVQ_VK_HANG_MS) is a
+ * hang, while a long prompt is many pieces that each finish in time. One dispatch is not cut, so
+ * a single attention over a huge context is the case the bound does not cover. */
 static int wait_slot(kvq_bctx *b, vk_slot *s) {
     if (!s->pending) return 1;
     if (b->dead) return 0;
-    VkResult r = vkWaitForFences(b->dev, 1, &s->fence, VK_TRUE, FENCE_TIMEOUT_NS);
+    VkResult r = vkWaitForFences(b->dev, 1, &s->fence, VK_TRUE, (uint64_t)b->hang_ms * 1000000ull);
     if (r == VK_SUCCESS && b->fail_after >= 0 && b->fail_after-- == 0) r = VK_ERROR_DEVICE_LOST;
     if (r != VK_SUCCESS) {
         die(b, r, "running the recorded work");
@@ -118,6 +131,7 @@ static int begin(kvq_bctx *b) {
         return 0;
     }
     vk_slot *s = &b->slots[b->cur];
+    if (s->pending) b->count.waits++; /* every slot in flight: the host waits for the oldest */
     if (!wait_slot(b, s)) return 0;
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
@@ -134,7 +148,7 @@ static int begin(kvq_bctx *b) {
         vk_prof_begin(b);
         b->timing = 1;
     }
-    b->piece = 0;
+    b->piece = b->piece_tiles = 0;
     return 1;
 }
 
@@ -154,6 +168,7 @@ static void submit_piece(kvq_bctx *b) {
     }
     s->pending = 1;
     b->count.submits++;
+    b->batch_pieces++;
     b->cur = (b->cur + 1) % VK_SLOTS;
 }
 
@@ -173,6 +188,7 @@ void vk_finish(kvq_bctx *b) {
         if (b->qpool && b->timing) vkCmdWriteTimestamp(b->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->qpool, 1);
         submit_piece(b);
     }
+    b->count.waits++;
     for (int k = 0; k < VK_SLOTS; k++) /* oldest first */
         if (!wait_slot(b, &b->slots[(b->cur + k) % VK_SLOTS])) break;
     if (b->dead) return;
@@ -188,6 +204,11 @@ void vk_finish(kvq_bctx *b) {
     b->stage_used = 0;
     b->rope.inv_freq = NULL; /* its table lived in the staging ring */
     b->n_pend_r = b->n_pend_w = b->pend_full = 0;
+    /* everything finished: the split matvecs' partial sums are consumed and their counters back to
+     * zero (each last workgroup clears its own), so the rings start over and the next forward binds
+     * the same offsets as this one, reusing its descriptor sets instead of writing new ones */
+    b->part_off = b->cnt_off = 0;
+    b->batch_pieces = 0;
     if (b->n_dsets >= DSET_MAX) vk_dsets_clear(b);
 }
 
@@ -413,7 +434,11 @@ static void record_dispatch(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, 
                 bytes += (double)(bind[i].range != VK_WHOLE_SIZE && bind[i].range ? bind[i].range : bind[i].bytes);
         vk_prof_mark(b, p->key, bytes);
     }
-    if (++b->piece >= VK_PIECE) submit_piece(b);
+    if (!strncmp(p->key, "mm_tile", 7)) b->piece_tiles += (uint64_t)gx * gy * gz;
+    int bp = b->batch_pieces < 5 ? b->batch_pieces : 5;
+    if (++b->piece >= (VK_PIECE_FIRST << bp < VK_PIECE_MAX ? VK_PIECE_FIRST << bp : VK_PIECE_MAX) ||
+        b->piece_tiles >= VK_PIECE_TILES)
+        submit_piece(b);
 }
 
 /* Deferred dispatches (a matvec's reduce) run before any other command, except the
@@ -485,8 +510,19 @@ void vk_dispatch_beside(kvq_bctx *b, const vk_pipe *p, const vk_bind *bind, int 
 
 /* ---- freeing buffers that recorded work may use ---- */
 
+int vk_in_flight(kvq_bctx *b) {
+    if (!b->dead || !b->dev) return 0;
+    for (int i = 0; i < VK_SLOTS; i++) /* a lost device runs nothing: only a fence not ready counts */
+        if (b->slots[i].pending && vkGetFenceStatus(b->dev, b->slots[i].fence) == VK_NOT_READY) return 1;
+    return 0;
+}
+
 void vk_buf_free(kvq_bctx *b, kvq_buf *x) {
     if (!x) return;
+    if (vk_in_flight(b)) { /* a hung GPU may still use it: leave its memory be, forget the handle */
+        free(x);
+        return;
+    }
     if (vk_busy(b)) vk_finish(b); /* recorded work may still use it; its error stays for the next submit */
     if (!b->dead) vk_dsets_clear(b); /* sets naming it must not be used again (a dead device records nothing) */
     vk_buf_destroy(b, x);
@@ -548,6 +584,8 @@ kvq_status vk_record_init(kvq_bctx *b) {
     const char *env = getenv("KVQ_VK_BARRIERS");
     b->barrier_all = env && !strcmp(env, "all");
     vk_prof_init(b);
+    env = getenv("KVQ_VK_HANG_MS");
+    b->hang_ms = env && *env && atol(env) > 0 ? atol(env) : b->software ? HANG_MS_SOFTWARE : HANG_MS_GPU;
     env = getenv("KVQ_VK_FAIL_AFTER");
     b->fail_after = env && *env ? strtol(env, NULL, 10) : -1;
     b->dummy = vk_buf_new(b, 256, 0);
@@ -561,6 +599,12 @@ fail:
 void vk_record_close(kvq_bctx *b) {
     if (!b->dev) return;
     if (!b->dead) vk_finish(b);
+    if (vk_in_flight(b)) { /* the fences, command buffers and sets of a hung GPU's work stay */
+        free(b->dsets), free(b->defer);
+        b->dsets = NULL, b->defer = NULL;
+        vk_prof_close(b);
+        return;
+    }
     free(b->dsets);
     b->dsets = NULL;
     free(b->defer);

@@ -252,6 +252,7 @@ int kvq_bench_model(int argc, char **argv) {
     cp.type_v = (kvq_cache_type)tv;
     kvq_context *c;
     if (kvq_context_new(m, &cp, &c) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
+    kvq_tool_report_context(P, c);
     /* token ids spread over the vocabulary: speed does not depend on which */
     int nv = kvq_model_n_vocab(m);
     int32_t *ids = malloc(sizeof *ids * (size_t)pp);
@@ -351,8 +352,10 @@ int kvq_bench_model(int argc, char **argv) {
            "sample_default_128k_us=%.1f", pp, tg, (double)pp / best_pp, tg_tps,
            bw > 0 ? tok_bytes * tg_tps / 1e9 / bw : 0, smp[0] * 1e6, smp[1] * 1e6, smp[3] * 1e6);
     if (st1.dispatches > st0.dispatches) /* a GPU: its commands per decoded token */
-        printf(" dispatches=%.0f barriers=%.0f submits=%.1f", (double)(st1.dispatches - st0.dispatches) / (double)tg,
-               (double)(st1.barriers - st0.barriers) / (double)tg, (double)(st1.submits - st0.submits) / (double)tg);
+        printf(" dispatches=%.0f barriers=%.0f submits=%.1f dsets=%.1f waits=%.1f",
+               (double)(st1.dispatches - st0.dispatches) / (double)tg, (double)(st1.barriers - st0.barriers) / (double)tg,
+               (double)(st1.submits - st0.submits) / (double)tg, (double)(st1.dsets - st0.dsets) / (double)tg,
+               (double)(st1.waits - st0.waits) / (double)tg);
     printf("\n");
     free(ids);
     kvq_context_free(c);

@@ -358,6 +358,7 @@ int main(int argc, char **argv) {
         kvq_model_free(m);
         return kvq_tool_die(P, "%s", kvq_last_error());
     }
+    kvq_tool_report_context(P, c);
     o.n_ctx = kvq_n_ctx(c); /* -c 0: the library's default */
     kvq_sampler *s = kvq_sampler_new(&o.sp);
     chat_install_sigint();

@@ -96,6 +96,11 @@ void kvq_tool_report_backend(const char *prog, const kvq_model *m) {
     fprintf(stderr, "%s: %s\n", prog, kvq_model_plan(m));
 }
 
+void kvq_tool_report_context(const char *prog, const kvq_context *c) {
+    const char *note = kvq_context_note(c);
+    if (note && *note) fprintf(stderr, "%s: %s\n", prog, note);
+}
+
 int kvq_tool_parse_ngl(const char *s, int *out) {
     long v;
     if (!strcmp(s, "all")) v = -1;

@@ -42,6 +42,9 @@ int kvq_tool_version(const char *prog, int argc, char **argv);
  * selection passed over a GPU backend (one line each). */
 struct kvq_model;
 void kvq_tool_report_backend(const char *prog, const struct kvq_model *m);
+/* Prints a context's warning (kvq_context_note: the GPU put its cache in host memory) on stderr. */
+struct kvq_context;
+void kvq_tool_report_context(const char *prog, const struct kvq_context *c);
 
 /* Monotonic seconds. */
 double kvq_tool_now(void);

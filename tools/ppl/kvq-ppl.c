@@ -121,6 +121,7 @@ static kvq_context *make_ctx(kvq_model *m, int n_ctx, int n_batch, int tk, int t
     cp.logits_all = 1;
     kvq_context *c = NULL;
     if (kvq_context_new(m, &cp, &c) != KVQ_OK) return NULL;
+    kvq_tool_report_context(P, c);
     return c;
 }
 

@@ -656,6 +656,7 @@ int srv_sched_start(srv_server **out, const srv_opts *o, kvq_model *m) {
         slot *sl = &s->slots[i];
         if (kvq_context_new(m, &cp, &sl->c) != KVQ_OK)
             return kvq_tool_die(SRV_PROG, "slot %d of %d: %s", i + 1, s->n_slots, kvq_last_error());
+        kvq_tool_report_context(SRV_PROG, sl->c);
         s->n_ctx = kvq_n_ctx(sl->c);
         sl->ids = malloc(sizeof *sl->ids * (size_t)(s->n_ctx + 1));
         sl->gen = malloc(sizeof *sl->gen * (size_t)(s->n_ctx + 1));
