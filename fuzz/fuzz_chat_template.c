@@ -47,6 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         while (end < size && text[end]) end++;
         msgs[n].role = ROLES[(unsigned char)text[i] % 4];
         msgs[n].content = text + i + 1 <= text + end ? text + i + 1 : text + end;
+        msgs[n].tool_calls = msgs[n].tool_call_id = NULL;
         n++;
         i = end + 1;
     }

@@ -273,8 +273,10 @@ KVQ_API void kvq_sampler_free(kvq_sampler *s);
 typedef struct kvq_chat_template kvq_chat_template;
 
 typedef struct {
-    const char *role; /* "system", "user", "assistant" */
-    const char *content;
+    const char *role;         /* "system", "user", "assistant", "tool" */
+    const char *content;      /* NULL only on an assistant message with tool_calls */
+    const char *tool_calls;   /* assistant: OpenAI's tool_calls array as JSON text, or NULL */
+    const char *tool_call_id; /* tool: the id of the call this answers, or NULL */
 } kvq_chat_msg;
 
 /* Family name for a Jinja template text ("none" for NULL), or NULL when not recognized. */
@@ -291,6 +293,32 @@ KVQ_API const char *kvq_chat_template_name(const kvq_chat_template *t);
 KVQ_API int kvq_chat_render(const kvq_chat_template *t, const kvq_chat_msg *msgs, int n, int add_generation_prompt, char *out,
                     size_t size);
 KVQ_API void kvq_chat_template_free(kvq_chat_template *t);
+
+/* ---- tool calling (docs/serving.md "Tools") ---- */
+
+/* The template's tool-call format: "llama3-json" (Llama-3.1/3.2), "mistral" (v0.3's
+ * [TOOL_CALLS]), "qwen" (Qwen2.5's <tool_call>), or NULL when it has none. */
+KVQ_API const char *kvq_chat_template_tools(const kvq_chat_template *t);
+/* kvq_chat_render with tools: tools_json is OpenAI's tools array as JSON text (NULL:
+ * none). Messages may carry tool_calls and tool results. A template without tool
+ * calling refuses tools and tool messages (-1). */
+KVQ_API int kvq_chat_render_tools(const kvq_chat_template *t, const kvq_chat_msg *msgs, int n, const char *tools_json,
+                                  int add_generation_prompt, char *out, size_t size);
+
+typedef struct {
+    char *id;        /* the model's id where the format has one (Mistral), else made up */
+    char *name;      /* function name */
+    char *arguments; /* the arguments object as JSON text */
+} kvq_tool_call;
+
+/* The tool calls in a finished reply, in the template's format. Returns how many (0:
+ * none, the text is plain content), *calls (free with kvq_tool_calls_free) and
+ * *content: the text outside the calls (malloc'd, may be ""). -1 when out of memory. */
+KVQ_API int kvq_chat_parse_tools(const kvq_chat_template *t, const char *text, kvq_tool_call **calls, char **content);
+KVQ_API void kvq_tool_calls_free(kvq_tool_call *calls, int n);
+/* While streaming: how many leading bytes of text are plain content for sure; the
+ * rest may be (the start of) a tool call and is held back until the reply ends. */
+KVQ_API size_t kvq_chat_tools_plain_prefix(const kvq_chat_template *t, const char *text);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat_buf.h"
+#include "chat_tools.h"
 #include "util.h"
 
 typedef enum { F_NONE, F_LLAMA2, F_LLAMA3, F_MISTRAL, F_CHATML, F_PHI3, F_GEMMA, F_COMMAND_R } family;
@@ -44,60 +46,8 @@ struct kvq_chat_template {
     int needs_first;        /* the template reads messages[0]: Jinja raises on an empty conversation */
     int gemma_sys_prefix;   /* Gemma 3: the system text opens the first user turn (else: raise) */
     const char *default_sys; /* chatml (Qwen): system message used when none is given */
+    chat_tool_fmt tools;     /* the template's tool-call branches (chat_tools_render.c) */
 };
-
-/* ---- growable string ---- */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
-
-/* Python str.strip(): Unicode White_Space plus the ASCII separators 0x1c-0x1f. */
-static size_t ws_len(const unsigned char *s, size_t n) {
-    if (!n) return 0;
-    unsigned c = s[0];
-    if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return 1;
-    if (c == 0xc2 && n >= 2 && (s[1] == 0x85 || s[1] == 0xa0)) return 2;
-    if (c == 0xe1 && n >= 3 && s[1] == 0x9a && s[2] == 0x80) return 3; /* U+1680 */
-    if (c == 0xe2 && n >= 3 && s[1] == 0x80 && (s[2] <= 0x8a || s[2] == 0xa8 || s[2] == 0xa9 || s[2] == 0xaf)) return 3;
-    if (c == 0xe2 && n >= 3 && s[1] == 0x81 && s[2] == 0x9f) return 3; /* U+205F */
-    if (c == 0xe3 && n >= 3 && s[1] == 0x80 && s[2] == 0x80) return 3; /* U+3000 */
-    return 0;
-}
-/* Length of the whitespace sequence ending at s[n-1]. */
-static size_t ws_len_back(const unsigned char *s, size_t n) {
-    for (size_t k = 1; k <= 3 && k <= n; k++)
-        if (ws_len(s + n - k, k) == k) return k;
-    return 0;
-}
-static void put_strip(sbuf *b, const char *s) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t n = strlen(s), k;
-    while (n && (k = ws_len(u, n))) u += k, n -= k;
-    while (n && (k = ws_len_back(u, n))) n -= k;
-    put(b, (const char *)u, n);
-}
 
 /* ---- loading ---- */
 
@@ -180,8 +130,13 @@ static void set_variant(kvq_chat_template *t, const char *text) {
         t->phi3_skip_empty_system = strstr(text, "'system' and message['content']") != NULL;
     }
     t->gemma_sys_prefix = t->fam == F_GEMMA && strstr(text, "first_user_prefix");
-    /* (Qwen's chatml reads messages[0] only inside the loop over the messages) */
-    t->needs_first = t->fam != F_CHATML && strstr(text, "messages[0]") != NULL;
+    if (strstr(text, "tool_calls")) {
+        if (t->fam == F_LLAMA3 && t->llama31) t->tools = TOOLS_LLAMA3;
+        else if (t->fam == F_MISTRAL && strstr(text, "[TOOL_CALLS]")) t->tools = TOOLS_MISTRAL;
+        else if (t->fam == F_CHATML && strstr(text, "<tool_call>")) t->tools = TOOLS_QWEN;
+    }
+    /* (Qwen2's chatml reads messages[0] only inside the loop over the messages; Qwen2.5's before it) */
+    t->needs_first = (t->fam != F_CHATML || t->tools) && strstr(text, "messages[0]") != NULL;
     if (strstr(text, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."))
         t->default_sys = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
     else if (strstr(text, "You are a helpful assistant.") && t->fam == F_CHATML)
@@ -354,16 +309,22 @@ static void put_header(sbuf *b, const char *role) {
     puts_(b, "<|end_header_id|>\n\n");
 }
 
+/* Llama 3.1 / 3.2's "Today Date". */
+static void llama_date(const kvq_chat_template *t, char date[32]) {
+    strcpy(date, "26 Jul 2024");
+    if (t->date_today) {
+        time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm); /* Python's datetime.now() */
+        strftime(date, 32, "%d %b %Y", &tm);
+    }
+}
+
 static int render_llama3(const kvq_chat_template *t, const kvq_chat_msg *m, int n, int gen, sbuf *b) {
     if (t->llama31) {
         /* 3.1 / 3.2: a system turn always, with the knowledge and today's dates */
-        char date[32] = "26 Jul 2024";
-        if (t->date_today) {
-            time_t now = time(NULL);
-            struct tm tm;
-            localtime_r(&now, &tm); /* Python's datetime.now() */
-            strftime(date, sizeof date, "%d %b %Y", &tm);
-        }
+        char date[32];
+        llama_date(t, date);
         puts_(b, t->bos);
         put_header(b, "system");
         puts_(b, "Cutting Knowledge Date: December 2023\nToday Date: ");
@@ -482,11 +443,22 @@ static int render_none(const kvq_chat_template *t, const kvq_chat_msg *m, int n,
     return 0;
 }
 
+const char *kvq_chat_template_tools(const kvq_chat_template *t) {
+    static const char *const NAMES[] = {NULL, "llama3-json", "mistral", "qwen"};
+    return t ? NAMES[t->tools] : NULL;
+}
+
 int kvq_chat_render(const kvq_chat_template *t, const kvq_chat_msg *msgs, int n, int add_generation_prompt, char *out,
                     size_t size) {
+    return kvq_chat_render_tools(t, msgs, n, NULL, add_generation_prompt, out, size);
+}
+
+int kvq_chat_render_tools(const kvq_chat_template *t, const kvq_chat_msg *msgs, int n, const char *tools_json,
+                          int add_generation_prompt, char *out, size_t size) {
     if (!t || n < 0 || (n && !msgs)) return kvq_fail(KVQ_ERR_ARG, "kvq_chat_render: bad arguments"), -1;
-    for (int i = 0; i < n; i++)
-        if (!msgs[i].content || !msgs[i].role) return kvq_fail(KVQ_ERR_ARG, "kvq_chat_render: message %d has no role or content", i), -1;
+    for (int i = 0; i < n; i++) /* a reply that is only tool calls may have no content */
+        if ((!msgs[i].content && !msgs[i].tool_calls) || !msgs[i].role)
+            return kvq_fail(KVQ_ERR_ARG, "kvq_chat_render: message %d has no role or content", i), -1;
     sbuf b = {0};
     puts_(&b, "");
     int r = 0, gen = add_generation_prompt;
@@ -495,7 +467,12 @@ int kvq_chat_render(const kvq_chat_template *t, const kvq_chat_msg *msgs, int n,
         kvq_fail(KVQ_ERR_ARG, "chat template: list object has no element 0 (the template reads the first message)");
         return -1;
     }
-    switch (t->fam) {
+    if (tools_json || chat_has_tool_msgs(msgs, n)) {
+        char date[32];
+        llama_date(t, date);
+        chat_tool_tmpl tt = {t->tools, t->bos, t->eos, date, t->default_sys};
+        r = chat_render_tools(&tt, msgs, n, tools_json, gen, &b);
+    } else switch (t->fam) {
     case F_NONE: r = render_none(t, msgs, n, &b); break;
     case F_LLAMA2: r = render_llama2(t, msgs, n, &b); break;
     case F_LLAMA3: r = render_llama3(t, msgs, n, gen, &b); break;

@@ -45,7 +45,7 @@ int chat_session_init(chat_session *S, const chat_opts *o, kvq_model *m, kvq_con
     if (o->system && *o->system) {
         /* a template that raises on a system message (Gemma 1, the first Mistral revisions) is
          * said at start, not at the first turn */
-        kvq_chat_msg probe[2] = {{"system", o->system}, {"user", "x"}};
+        kvq_chat_msg probe[2] = {{.role = "system", .content = o->system}, {.role = "user", .content = "x"}};
         char one[8];
         if (kvq_chat_render(S->t, probe, 2, 1, one, sizeof one) < 0)
             return kvq_tool_die(CHAT_PROG, "--system: this model's chat template (%s) takes no system message: %s",
@@ -124,7 +124,7 @@ static int render_msgs(chat_session *S, const chat_msg *msgs, int n, int gen, in
     int k = -1;
     *out = NULL;
     if (!v) goto done;
-    for (int i = 0; i < n; i++) v[i] = (kvq_chat_msg){msgs[i].role, msgs[i].content};
+    for (int i = 0; i < n; i++) v[i] = (kvq_chat_msg){.role = msgs[i].role, .content = msgs[i].content};
     int len = kvq_chat_render(S->t, v, n, gen, NULL, 0);
     if (len < 0 || !(text = malloc((size_t)len + 1))) goto done;
     kvq_chat_render(S->t, v, n, gen, text, (size_t)len + 1);

@@ -151,7 +151,7 @@ static int32_t *prompt_ids(const chat_opts *o, const kvq_tokenizer *tok, const c
             kvq_tool_die(P, "%s", kvq_last_error());
             return NULL;
         }
-        kvq_chat_msg m[2] = {{"system", o->system ? o->system : ""}, {"user", text}};
+        kvq_chat_msg m[2] = {{.role = "system", .content = o->system ? o->system : ""}, {.role = "user", .content = text}};
         int skip = o->system ? 0 : 1;
         int len = kvq_chat_render(t, m + skip, 2 - skip, 1, NULL, 0);
         if (len >= 0 && (rendered = malloc((size_t)len + 1))) kvq_chat_render(t, m + skip, 2 - skip, 1, rendered, (size_t)len + 1);

@@ -87,7 +87,7 @@ static int render_chat(const char *dir, const char *path, const char *tmpl_name,
             kvq_tool_die(PROG, "%s: message %d needs string \"role\" and \"content\"", path, i);
             goto done;
         }
-        msgs[i] = (kvq_chat_msg){r->valuestring, c->valuestring};
+        msgs[i] = (kvq_chat_msg){.role = r->valuestring, .content = c->valuestring};
     }
     if (kvq_chat_template_load(dir, tmpl_name, &t) != KVQ_OK) {
         kvq_tool_die(PROG, "%s", kvq_last_error());
