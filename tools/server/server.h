@@ -57,7 +57,20 @@ typedef struct {
     int logprobs;      /* chat: logprobs true; completions: logprobs given (an integer) */
     long top_logprobs; /* alternatives per token: chat top_logprobs, completions logprobs (0..20) */
     int echo;          /* completions: the prompt comes back before the reply */
+    char *tools_json;  /* chat: the tools array as JSON text (NULL: none, or tool_choice "none") */
+    int tool_choice;   /* SRV_TOOLS_* */
 } srv_params;
+
+/* server_tools_request.c: tools, tool_choice, tool_calls and tool_call_id. */
+enum { SRV_TOOLS_AUTO, SRV_TOOLS_NONE, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED };
+struct cJSON;
+int srv_parse_tools(const struct cJSON *j, srv_params *p, srv_error *e);
+int srv_parse_msg_tools(const struct cJSON *m, int i, const char *role, kvq_chat_msg *msg, srv_error *e);
+/* server_tools_reply.c: 400 when tools meet a template without tool calling; a reply's
+ * calls written into an OpenAI choice (message or delta), finish_reason "tool_calls"
+ * (returns how many; 0: the text is plain content, choice untouched). */
+int srv_tools_check(const kvq_chat_template *t, const srv_params *p, srv_error *e);
+int srv_tools_reply(const kvq_chat_template *t, const char *text, struct cJSON *choice, int delta);
 
 /* Parses and checks a completion request body (chat: 1 for chat completions).
  * Returns 0, or -1 with e filled (4xx); p is then empty. */

@@ -183,6 +183,9 @@ typedef struct {
     int include_usage, started, ended;
     char *echo;      /* completions with echo: the prompt's text, sent first */
     int lp_seen;     /* logprob entries sent so far */
+    int tools;       /* the request has tools: text that may start a call is held back */
+    body all;        /* with tools: the reply so far; all.p[0..sent) went out as content */
+    size_t sent;
 } stream;
 
 static void sse(stream *st, cJSON *j) {
@@ -210,6 +213,19 @@ static void sse_chunk(stream *st, const char *text, int finish, int role, const 
     st->lp_seen += n_lp;
     cJSON_AddItemToArray(chs, choice(r, text, finish, 1, role, lpj));
     if (finish) cJSON_AddItemToObject(j, "timings", timings_json(r));
+    if (st->include_usage) cJSON_AddNullToObject(j, "usage");
+    sse(st, j);
+}
+
+/* The end of a reply with tools: its calls as delta.tool_calls, else the held text. */
+static void stream_tools_end(stream *st) {
+    const srv_req *r = st->r;
+    cJSON *j = envelope(st->h, r, "chat.completion.chunk");
+    cJSON *ch = choice(r, NULL, r->finish, 1, 0, NULL);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), ch);
+    if (!srv_tools_reply(st->h->tmpl, st->all.p, ch, 1) && st->all.n > st->sent)
+        sse_chunk(st, st->all.p + st->sent, 0, 0, NULL, 0);
+    cJSON_AddItemToObject(j, "timings", timings_json(r));
     if (st->include_usage) cJSON_AddNullToObject(j, "usage");
     sse(st, j);
 }
@@ -243,6 +259,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             }
             continue;
         }
+        if (st->tools && chunk) { /* send only what surely is no tool call */
+            body_add(&st->all, chunk, n);
+            size_t k = kvq_chat_tools_plain_prefix(st->h->tmpl, st->all.p);
+            free(chunk);
+            chunk = NULL;
+            if (k > st->sent && (chunk = malloc(k - st->sent + 1))) {
+                memcpy(chunk, st->all.p + st->sent, k - st->sent);
+                chunk[k - st->sent] = 0;
+                st->sent = k;
+            }
+        }
         if (chunk || n_lp) sse_chunk(st, chunk, 0, 0, lp, n_lp);
         free(chunk);
         free(lp);
@@ -250,7 +277,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             if (r->err.status) {
                 sse(st, error_json(&r->err));
             } else {
-                sse_chunk(st, NULL, r->finish, 0, NULL, 0);
+                if (st->tools) stream_tools_end(st);
+                else sse_chunk(st, NULL, r->finish, 0, NULL, 0);
                 if (st->include_usage) {
                     cJSON *j = envelope(st->h, r, r->chat ? "chat.completion.chunk" : "text_completion");
                     cJSON_AddArrayToObject(j, "choices");
@@ -273,6 +301,7 @@ static void stream_free(void *cls) {
     srv_req_cancel(st->h->s, st->r); /* nothing when it is done */
     srv_req_release(st->h->s, st->r);
     free(st->out.p);
+    free(st->all.p);
     free(st->echo);
     free(st);
 }
@@ -295,10 +324,11 @@ static int32_t *prompt_ids(srv_http *h, const srv_params *p, int *n, srv_error *
     const char *text = p->prompt;
     int bos = 1;
     if (p->chat) {
-        int len = kvq_chat_render(h->tmpl, p->msgs, p->n_msgs, 1, NULL, 0);
+        if (srv_tools_check(h->tmpl, p, e)) return NULL;
+        int len = kvq_chat_render_tools(h->tmpl, p->msgs, p->n_msgs, p->tools_json, 1, NULL, 0);
         if (len < 0) return srv_fail(e, 400, "invalid_messages", "the chat template rejects the messages: %s", kvq_last_error()), NULL;
         if (!(rendered = malloc((size_t)len + 1))) return srv_fail(e, 500, NULL, "out of memory"), NULL;
-        kvq_chat_render(h->tmpl, p->msgs, p->n_msgs, 1, rendered, (size_t)len + 1);
+        kvq_chat_render_tools(h->tmpl, p->msgs, p->n_msgs, p->tools_json, 1, rendered, (size_t)len + 1);
         text = rendered;
         bos = 0; /* the template places BOS */
     }
@@ -347,7 +377,7 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
         return send_error(h, c, route, &e);
     }
     srv_req *r = srv_submit(h->s, &p, ids, n, route == SRV_ROUTE_CHAT && h->plain, &e);
-    int stream_it = p.stream, usage = p.include_usage;
+    int stream_it = p.stream, usage = p.include_usage, tools = p.tools_json != NULL;
     srv_params_free(&p);
     if (!r) {
         free(echo);
@@ -368,6 +398,7 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
         st->c = c;
         st->include_usage = usage;
         st->echo = echo;
+        st->tools = tools;
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         MHD_add_response_header(resp, "X-Accel-Buffering", "no");
@@ -411,7 +442,9 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
     } else {
         cJSON *j = envelope(h, r, r->chat ? "chat.completion" : "text_completion");
         cJSON *lpj = logprobs_json(h, r, (const srv_lp *)lps.p, (int)(lps.n / sizeof(srv_lp)), 0, echo);
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), choice(r, text.p, r->finish, 0, 1, lpj));
+        cJSON *ch = choice(r, text.p, r->finish, 0, 1, lpj);
+        if (tools) srv_tools_reply(h->tmpl, text.p, ch, 0);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), ch);
         cJSON_AddItemToObject(j, "usage", usage_json(r));
         cJSON_AddItemToObject(j, "timings", timings_json(r));
         ret = send_json(h, c, route, 200, j);

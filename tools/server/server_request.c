@@ -30,7 +30,10 @@ void srv_params_free(srv_params *p) {
     for (int i = 0; i < p->n_msgs; i++) {
         free((char *)p->msgs[i].role);
         free((char *)p->msgs[i].content);
+        free((char *)p->msgs[i].tool_calls);
+        free((char *)p->msgs[i].tool_call_id);
     }
+    free(p->tools_json);
     free(p->msgs);
     free(p->prompt);
     free(p->prompt_ids);
@@ -142,13 +145,16 @@ static int parse_messages(const cJSON *j, srv_params *p, srv_error *e) {
         if (!cJSON_IsString(role)) return srv_fail(e, 400, "invalid_type", "messages[%d].role must be a string", i);
         const char *r = role->valuestring;
         if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
-            return srv_fail(e, 400, "invalid_role", "messages[%d].role '%.64s' is not one of system, user, assistant", i,
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
+            return srv_fail(e, 400, "invalid_role", "messages[%d].role '%.64s' is not one of system, user, assistant, tool", i,
                             role->valuestring);
-        if (!content || cJSON_IsNull(content))
+        p->n_msgs = i + 1; /* what is set below is freed with p */
+        if (srv_parse_msg_tools(m, i, r, &p->msgs[i], e)) return -1;
+        /* an assistant reply that is only tool calls has no content */
+        if ((!content || cJSON_IsNull(content)) && !p->msgs[i].tool_calls)
             return srv_fail(e, 400, "missing_field", "messages[%d].content is required", i);
-        char *text = message_content(content, i, e);
-        if (!text) return -1;
+        char *text = content && !cJSON_IsNull(content) ? message_content(content, i, e) : NULL;
+        if (!text && content && !cJSON_IsNull(content)) return -1;
         p->msgs[i].content = text;
         if (!(p->msgs[i].role = dup_or_fail(r, e))) {
             p->n_msgs = i + 1; /* frees text; role stays NULL */
@@ -253,8 +259,7 @@ static int parse_sampling(const cJSON *j, srv_params *p, srv_error *e) {
     if (p->max_tokens == 0 && !p->echo)
         return srv_fail(e, 400, "invalid_value", "'max_tokens' is 0; it must be at least 1 (0 only with 'echo', to score a prompt)");
     /* what is not supported is said, not ignored */
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
-    if (cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0) return srv_fail(e, 400, "unsupported_value", "'tools' are not supported");
+    if (srv_parse_tools(j, p, e)) return -1;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
     if (model && !cJSON_IsNull(model) && !cJSON_IsString(model)) return srv_fail(e, 400, "invalid_type", "'model' must be a string");
     return parse_stop(j, p, e);
