@@ -133,6 +133,7 @@ for t in $targets; do
         printf '\001%s' '{"prompt":["one string"],"max_tokens":1e3}' >"$d/cmpl_arr"
         printf '\002%s' '{"content":"Hello world","add_special":true}' >"$d/tok"
         printf '\003%s' '{"tokens":[1,15043,3186]}' >"$d/detok"
+        printf '\000%s' '{"messages":[{"role":"user","content":"Weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"a1b2c3d4e","type":"function","function":{"name":"w","arguments":"{\"c\":1}"}}]},{"role":"tool","tool_call_id":"a1b2c3d4e","content":"22"}],"tools":[{"type":"function","function":{"name":"w","parameters":{"type":"object"}}}],"tool_choice":{"type":"function","function":{"name":"w"}}}' >"$d/chat_tools"
         printf '\000%s' '{"messages":[{"role":"wizard","content":1}],"max_tokens":0}' >"$d/bad" ;;
     session)
         # byte 0: bit 0 fixes the checksum after mutation, bit 1 the f16 context (else q4); the
