@@ -56,6 +56,10 @@ static void test_formats(void **state) {
     expect(m, "Sure. [TOOL_CALLS] [{\"name\": \"f\", \"arguments\": \"{\\\"k\\\": [1, 2]}\"}]", 1, "f", "{\"k\":[1,2]}", "Sure.");
     expect(m, "[TOOL_CALLS] [junk]", 0, NULL, NULL, "[TOOL_CALLS] [junk]");
     expect(m, "[TOOL_CALLS] []", 0, NULL, NULL, "[TOOL_CALLS] []");
+    /* the server decodes without special tokens: [TOOL_CALLS] is gone, the list remains */
+    expect(m, " [{\"name\": \"f\", \"arguments\": {\"a\": 1}}]", 1, "f", "{\"a\":1}", "");
+    expect(m, "[{\"name\": \"f\", \"arguments\": {}}] and more", 0, NULL, NULL, "[{\"name\": \"f\", \"arguments\": {}}] and more");
+    expect(m, "[1, 2]", 0, NULL, NULL, "[1, 2]");
 
     expect(q, "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>\n"
               "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>",
@@ -88,6 +92,9 @@ static void test_plain_prefix(void **state) {
     assert_int_equal(kvq_chat_tools_plain_prefix(q, "Hi <tool_call>{\"na"), 3);
     assert_int_equal(kvq_chat_tools_plain_prefix(m, "Ok [TOOL_"), 3);
     assert_int_equal(kvq_chat_tools_plain_prefix(m, "Ok [x]"), 6);
+    assert_int_equal(kvq_chat_tools_plain_prefix(m, " [{\"na"), 0);
+    assert_int_equal(kvq_chat_tools_plain_prefix(m, "["), 0);
+    assert_int_equal(kvq_chat_tools_plain_prefix(m, "[1, 2]"), 6);
     assert_int_equal(kvq_chat_tools_plain_prefix(l, "  "), 0);
     assert_int_equal(kvq_chat_tools_plain_prefix(l, " {\"name"), 0);
     assert_int_equal(kvq_chat_tools_plain_prefix(l, "<|python"), 0);

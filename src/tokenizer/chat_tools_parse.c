@@ -97,11 +97,17 @@ static void parse_llama(const char *text, call_list *l) {
 }
 
 static void parse_mistral(const char *text, call_list *l, size_t *before) {
-    const char *at = strstr(text, MISTRAL_TAG);
-    if (!at) return;
-    *before = (size_t)(at - text);
+    const char *at = strstr(text, MISTRAL_TAG), *list;
+    if (at) {
+        *before = (size_t)(at - text);
+        list = skip_ws(at + strlen(MISTRAL_TAG));
+    } else { /* [TOOL_CALLS] is a control token, gone when special tokens are not decoded */
+        list = skip_ws(text);
+        if (strncmp(list, "[{", 2)) return;
+        *before = 0;
+    }
     const char *end;
-    cJSON *a = json_at(skip_ws(at + strlen(MISTRAL_TAG)), &end);
+    cJSON *a = json_at(list, &end);
     if (!cJSON_IsArray(a) || !a->child || *skip_ws(end)) l->bad = 1;
     const cJSON *o;
     cJSON_ArrayForEach(o, a) if (!l->bad) add_call(l, o, "arguments");
@@ -197,7 +203,11 @@ size_t kvq_chat_tools_plain_prefix(const kvq_chat_template *t, const char *text)
     const char *fmt = kvq_chat_template_tools(t);
     size_t n = strlen(text);
     if (!fmt) return n;
-    if (!strcmp(fmt, "mistral")) return before_marker(text, MISTRAL_TAG);
+    if (!strcmp(fmt, "mistral")) { /* the tag, or (its token not decoded) a reply opening with "[{" */
+        const char *s = skip_ws(text);
+        if (!*s || (*s == '[' && (!s[1] || s[1] == '{'))) return 0;
+        return before_marker(text, MISTRAL_TAG);
+    }
     if (!strcmp(fmt, "qwen")) return before_marker(text, QWEN_OPEN);
     /* Llama: calls are the whole reply; its first characters decide */
     const char *s = skip_ws(text);
