@@ -74,6 +74,27 @@ test("mistral v0.3: tools and results go into the prompt as Jinja renders them",
   assert.equal(r.json.usage.prompt_tokens, await promptTokens(mistral, rendering("mistral-7b-instruct-v0.3", "tools_call_result")));
 });
 
+test("tool_choice required / named: the reply starts as a call in the template's format", async () => {
+  const c = conv("tools_user");
+  const base = { messages: c.messages, tools: c.tools, max_tokens: 4, temperature: 0 };
+  const named = await client.chat.completions.create({ model: "demo", ...base,
+                                                       tool_choice: { type: "function", function: { name: "get_weather" } } });
+  const q = rendering("qwen2.5-7b-instruct", "tools_user");
+  assert.equal(named.usage.prompt_tokens, await promptTokens(qwen, q + '<tool_call>\n{"name": "get_weather", "arguments": '));
+  const req = await client.chat.completions.create({ model: "demo", ...base, tool_choice: "required" });
+  assert.equal(req.usage.prompt_tokens, await promptTokens(qwen, q + "<tool_call>\n"));
+  const m = await postJSON(mistral.url + "/v1/chat/completions", { ...base, tool_choice: "required" });
+  assert.equal(m.status, 200, m.text);
+  assert.equal(m.json.usage.prompt_tokens,
+               await promptTokens(mistral, rendering("mistral-7b-instruct-v0.3", "tools_user") + "[TOOL_CALLS] ["));
+  // streamed, the prefilled start is not sent as content
+  let text = "";
+  for await (const ch of await client.chat.completions.create({ model: "demo", ...base, tool_choice: "required", stream: true }))
+    text += ch.choices[0]?.delta?.content ?? "";
+  assert.ok(!text.startsWith("<tool_call>"), text);
+  assert.equal(text, req.choices[0].message.content ?? "");
+});
+
 test("streamed with tools: the same reply as not streamed, and a finish_reason", async () => {
   const c = conv("tools_user");
   const req = { model: "demo", messages: c.messages, tools: c.tools, tool_choice: "auto", max_tokens: 16, temperature: 0 };

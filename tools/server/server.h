@@ -59,6 +59,7 @@ typedef struct {
     int echo;          /* completions: the prompt comes back before the reply */
     char *tools_json;  /* chat: the tools array as JSON text (NULL: none, or tool_choice "none") */
     int tool_choice;   /* SRV_TOOLS_* */
+    char *tool_name;   /* tool_choice naming a function: its name */
 } srv_params;
 
 /* server_tools_request.c: tools, tool_choice, tool_calls and tool_call_id. */
@@ -71,6 +72,9 @@ int srv_parse_msg_tools(const struct cJSON *m, int i, const char *role, kvq_chat
  * (returns how many; 0: the text is plain content, choice untouched). */
 int srv_tools_check(const kvq_chat_template *t, const srv_params *p, srv_error *e);
 int srv_tools_reply(const kvq_chat_template *t, const char *text, struct cJSON *choice, int delta);
+/* tool_choice "required" or named: the opening of a call in the template's format, put
+ * after the generation prompt so the reply goes on as a call (malloc'd; NULL: none). */
+char *srv_tools_prefill(const kvq_chat_template *t, const srv_params *p);
 
 /* Parses and checks a completion request body (chat: 1 for chat completions).
  * Returns 0, or -1 with e filled (4xx); p is then empty. */

@@ -329,6 +329,14 @@ static int32_t *prompt_ids(srv_http *h, const srv_params *p, int *n, srv_error *
         if (len < 0) return srv_fail(e, 400, "invalid_messages", "the chat template rejects the messages: %s", kvq_last_error()), NULL;
         if (!(rendered = malloc((size_t)len + 1))) return srv_fail(e, 500, NULL, "out of memory"), NULL;
         kvq_chat_render_tools(h->tmpl, p->msgs, p->n_msgs, p->tools_json, 1, rendered, (size_t)len + 1);
+        char *prefill = srv_tools_prefill(h->tmpl, p), *joined = NULL;
+        if (prefill && (joined = malloc((size_t)len + strlen(prefill) + 1))) {
+            memcpy(joined, rendered, (size_t)len);
+            strcpy(joined + len, prefill);
+            free(rendered);
+            rendered = joined;
+        }
+        free(prefill);
         text = rendered;
         bos = 0; /* the template places BOS */
     }
@@ -378,9 +386,12 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
     }
     srv_req *r = srv_submit(h->s, &p, ids, n, route == SRV_ROUTE_CHAT && h->plain, &e);
     int stream_it = p.stream, usage = p.include_usage, tools = p.tools_json != NULL;
+    char *prefill = srv_tools_prefill(h->tmpl, &p); /* the reply goes on from it */
+    const char *pre = prefill ? prefill : "";
     srv_params_free(&p);
     if (!r) {
         free(echo);
+        free(prefill);
         return send_error(h, c, route, &e);
     }
     if (stream_it) {
@@ -389,6 +400,7 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
         if (!resp) {
             free(st);
             free(echo);
+            free(prefill);
             srv_req_cancel(h->s, r);
             srv_req_release(h->s, r);
             return MHD_NO;
@@ -399,6 +411,11 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
         st->include_usage = usage;
         st->echo = echo;
         st->tools = tools;
+        if (tools) { /* the prefilled call start counts as said, not sent */
+            body_add(&st->all, pre, strlen(pre));
+            st->sent = strlen(pre);
+        }
+        free(prefill);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         MHD_add_response_header(resp, "X-Accel-Buffering", "no");
@@ -409,8 +426,9 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
         return ret;
     }
     /* not streamed: wait here (this connection's thread), watching for the client leaving */
-    body text = {0};
+    body text = {0}, full = {0};
     body_add(&text, echo ? echo : "", echo ? strlen(echo) : 0);
+    body_add(&full, pre, strlen(pre));
     body lps = {0}; /* the logprob entries, as bytes */
     double checked = kvq_tool_now();
     for (;;) {
@@ -419,7 +437,7 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
         int done = 0, n_lp = 0;
         srv_lp *lp = NULL;
         srv_req_wait(h->s, r, 50, &chunk, &k, r->logprobs ? &lp : NULL, &n_lp, &done);
-        if (chunk) body_add(&text, chunk, k);
+        if (chunk) body_add(&text, chunk, k), body_add(&full, chunk, k);
         if (n_lp) body_add(&lps, (const char *)lp, sizeof *lp * (size_t)n_lp);
         free(chunk);
         free(lp);
@@ -431,6 +449,8 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
             srv_req_cancel(h->s, r);
             srv_req_release(h->s, r);
             free(text.p);
+            free(full.p);
+            free(prefill);
             free(lps.p);
             free(echo);
             return MHD_NO;
@@ -443,13 +463,15 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
         cJSON *j = envelope(h, r, r->chat ? "chat.completion" : "text_completion");
         cJSON *lpj = logprobs_json(h, r, (const srv_lp *)lps.p, (int)(lps.n / sizeof(srv_lp)), 0, echo);
         cJSON *ch = choice(r, text.p, r->finish, 0, 1, lpj);
-        if (tools) srv_tools_reply(h->tmpl, text.p, ch, 0);
+        if (tools) srv_tools_reply(h->tmpl, full.p, ch, 0);
         cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), ch);
         cJSON_AddItemToObject(j, "usage", usage_json(r));
         cJSON_AddItemToObject(j, "timings", timings_json(r));
         ret = send_json(h, c, route, 200, j);
     }
     free(text.p);
+    free(full.p);
+    free(prefill);
     free(lps.p);
     free(echo);
     srv_req_release(h->s, r);

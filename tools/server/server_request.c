@@ -34,6 +34,7 @@ void srv_params_free(srv_params *p) {
         free((char *)p->msgs[i].tool_call_id);
     }
     free(p->tools_json);
+    free(p->tool_name);
     free(p->msgs);
     free(p->prompt);
     free(p->prompt_ids);

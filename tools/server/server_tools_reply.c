@@ -1,6 +1,7 @@
 /* kvq-server: tool calls in a reply. The library finds them in the template's
  * format (kvq_chat_parse_tools); this writes them as OpenAI's tool_calls. */
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,4 +51,21 @@ int srv_tools_reply(const kvq_chat_template *t, const char *text, cJSON *choice,
     kvq_tool_calls_free(calls, n);
     free(content);
     return n;
+}
+
+char *srv_tools_prefill(const kvq_chat_template *t, const srv_params *p) {
+    const char *fmt = kvq_chat_template_tools(t);
+    if (!fmt || !p->tools_json || (p->tool_choice != SRV_TOOLS_REQUIRED && p->tool_choice != SRV_TOOLS_NAMED)) return NULL;
+    int llama = !strcmp(fmt, "llama3-json"), mistral = !strcmp(fmt, "mistral");
+    const char *open = llama ? "" : mistral ? "[TOOL_CALLS] [" : "<tool_call>\n";
+    if (p->tool_choice == SRV_TOOLS_REQUIRED) return strdup(llama ? "{\"name\": \"" : open);
+    cJSON *name = cJSON_CreateString(p->tool_name); /* the name as a JSON string, escaped */
+    char *q = name ? cJSON_PrintUnformatted(name) : NULL;
+    cJSON_Delete(name);
+    if (!q) return NULL;
+    size_t n = strlen(open) + strlen(q) + 64;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, "%s{\"name\": %s, \"%s\": ", open, q, llama ? "parameters" : "arguments");
+    free(q);
+    return s;
 }

@@ -57,6 +57,7 @@ int srv_parse_tools(const cJSON *j, srv_params *p, srv_error *e) {
         if (!has_tool(tools, name->valuestring))
             return srv_fail(e, 400, "invalid_value", "'tool_choice' names '%.64s', which is not in 'tools'", name->valuestring);
         p->tool_choice = SRV_TOOLS_NAMED;
+        if (!(p->tool_name = strdup(name->valuestring))) return srv_fail(e, 500, NULL, "out of memory");
     } else if (choice && !cJSON_IsNull(choice)) {
         return srv_fail(e, 400, "invalid_type", "'tool_choice' must be a string or an object");
     }
