@@ -33,8 +33,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (p.n_msgs < 1 || !p.msgs) abort();
             for (int i = 0; i < p.n_msgs; i++) {
                 const char *r = p.msgs[i].role;
-                if (!p.msgs[i].content || (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))) abort();
+                if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")) abort();
+                /* no content only on an assistant reply that is tool calls; those only on assistants */
+                if (p.msgs[i].tool_calls ? strcmp(r, "assistant") != 0 : !p.msgs[i].content) abort();
             }
+            if (!p.tool_name != (p.tool_choice != SRV_TOOLS_NAMED) || (p.tool_name && !p.tools_json)) abort();
         } else if (!p.prompt == !p.prompt_ids || (p.prompt_ids && p.n_prompt_ids < 1)) {
             abort();
         }
