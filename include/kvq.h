@@ -185,6 +185,7 @@ typedef struct {
     int kv_rotate;             /* Hadamard-rotate head vectors before quantizing:
                                   -1: default (on for q4), 0 off, 1 on */
     int logits_all;            /* keep logits for every position of a batch (perplexity) */
+    int embeddings;            /* keep the mean final-normed hidden state (kvq_embedding) */
 } kvq_context_params;
 
 KVQ_API kvq_context_params kvq_context_default_params(void);
@@ -233,6 +234,14 @@ KVQ_API size_t kvq_kv_bytes_used(const kvq_context *c);
  * a restore, truncate one position and evaluate the last token again. */
 KVQ_API kvq_status kvq_context_save(const kvq_context *c, const char *path, const int32_t *tokens, int n_tokens);
 KVQ_API kvq_status kvq_context_restore(kvq_context *c, const char *path, int32_t *tokens, int cap, int *n_tokens);
+/* Copies src's cached positions into dst (same model, cache types and rotation, dst's n_ctx
+ * large enough), replacing dst's cache: n parallel choices share one prompt's evaluation. */
+KVQ_API kvq_status kvq_context_copy(kvq_context *dst, const kvq_context *src);
+/* With kvq_context_params.embeddings: the mean over every position evaluated by kvq_eval since
+ * the cache was last empty of the hidden state after the final norm (n_embd floats into out,
+ * not normalized). KVQ_ERR_ARG without the flag or before any position. */
+KVQ_API kvq_status kvq_embedding(const kvq_context *c, float *out);
+KVQ_API int kvq_model_n_embd(const kvq_model *m);
 
 /* ---- sampling ------------------------------------------------------------ */
 

@@ -206,6 +206,11 @@ kvq_status kvq_graph_forward(kvq_context *c, const kvq_graph_seq *seqs, int n_se
     D = &m->dev[m->n_dev - 1];
     kvq_acts *A = &c->act[m->n_dev - 1];
 
+    /* embeddings: every row's final-normed state before the LM head's rows are picked */
+    if (c->p.embeddings && n_seq == 1) {
+        norm(c, D, m->out_norm, A->x, A->xb, n);
+        if ((s = kvq_embd_add(c, D, A->xb, n))) return s;
+    }
     /* LM head: every row for perplexity, otherwise the last row of each sequence, moved to
      * row i (in order: a later sequence's last row lies past every row written before it). */
     int rows = c->p.logits_all && n_seq == 1 ? n : n_seq;
