@@ -92,7 +92,9 @@ static int embed(srv_server *s, int32_t *const *ids, const int *n, int count, fl
 /* One input (a string, or an array of token ids) as tokens; NULL with e filled. */
 static int32_t *input_ids(const cJSON *v, int i, const kvq_tokenizer *tok, int n_vocab, int n_ctx, int *n, srv_error *e) {
     int32_t *ids = NULL;
-    if (cJSON_IsString(v)) {
+    if (cJSON_IsString(v) && !*v->valuestring) {
+        return srv_fail(e, 400, "invalid_value", "input[%d] is empty", i), NULL;
+    } else if (cJSON_IsString(v)) {
         size_t len = strlen(v->valuestring);
         int k = kvq_tokenize(tok, v->valuestring, len, 1, NULL, 0);
         if (k < 0) return srv_fail(e, 400, "invalid_value", "input[%d]: cannot tokenize: %s", i, kvq_last_error()), NULL;
