@@ -35,9 +35,15 @@ static void path_of(const struct srv_prefix *p, const char *name, char *out, siz
     snprintf(out, size, "%s/%s", p->dir, name);
 }
 
-static void gauges(srv_server *s) {
+/* The index is the scheduler thread's alone; the metrics are read under the lock. */
+static void count(srv_server *s, int hits, int tokens, int saves) {
+    pthread_mutex_lock(&s->mu);
+    s->met.prefix_hits += (unsigned long)hits;
+    s->met.prefix_tokens += (unsigned long)tokens;
+    s->met.prefix_saves += (unsigned long)saves;
     s->met.prefix_files = (unsigned long)s->prefix->n;
     s->met.prefix_bytes = (unsigned long)s->prefix->total;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Drops entry i from the index; deletes its file too when `unlink_it`. */
@@ -51,7 +57,6 @@ static void drop(srv_server *s, int i, int unlink_it) {
     p->total -= p->f[i].bytes;
     free(p->f[i].ids);
     p->f[i] = p->f[--p->n];
-    gauges(s);
 }
 
 static pfx_file *add(struct srv_prefix *p) {
@@ -123,7 +128,7 @@ int srv_prefix_open(srv_server *s, const srv_opts *o) {
     }
     if (d) closedir(d);
     trim(s);
-    gauges(s);
+    count(s, 0, 0, 0);
     return 0;
 }
 
@@ -150,6 +155,7 @@ void srv_prefix_evict(srv_server *s, slot *sl, int keep) {
         int m = shared(e->ids, e->n, sl->ids, sl->n_ids);
         if (m == sl->n_ids) { /* a file holds all of it already */
             e->used = kvq_tool_now();
+            count(s, 0, 0, 0);
             return;
         }
         if (m == e->n) drop(s, i--, 1); /* this one's tokens are a prefix of the new file's */
@@ -157,6 +163,7 @@ void srv_prefix_evict(srv_server *s, slot *sl, int keep) {
     pfx_file *e = add(p);
     if (!e || !(e->ids = malloc(sizeof *e->ids * (size_t)sl->n_ids))) {
         if (e) p->n--;
+        count(s, 0, 0, 0);
         return;
     }
     snprintf(e->name, sizeof e->name, "prefix-%lx.kvqs", p->seq++);
@@ -167,6 +174,7 @@ void srv_prefix_evict(srv_server *s, slot *sl, int keep) {
         fprintf(stderr, "%s: prefix cache: %s\n", SRV_PROG, kvq_last_error());
         free(e->ids);
         p->n--;
+        count(s, 0, 0, 0);
         return;
     }
     memcpy(e->ids, sl->ids, sizeof *e->ids * (size_t)sl->n_ids);
@@ -174,9 +182,8 @@ void srv_prefix_evict(srv_server *s, slot *sl, int keep) {
     e->bytes = (size_t)st.st_size;
     e->used = kvq_tool_now();
     p->total += e->bytes;
-    s->met.prefix_saves++;
     trim(s);
-    gauges(s);
+    count(s, 0, 0, 1);
 }
 
 int srv_prefix_restore(srv_server *s, slot *sl, srv_req *r, int common) {
@@ -197,6 +204,7 @@ int srv_prefix_restore(srv_server *s, slot *sl, srv_req *r, int common) {
         fprintf(stderr, "%s: prefix cache: %s\n", SRV_PROG, kvq_last_error());
         free(ids);
         drop(s, best, 0);
+        count(s, 0, 0, 0);
         if (kvq_n_past(sl->c) < sl->n_ids) sl->n_ids = kvq_n_past(sl->c);
         return common < sl->n_ids ? common : sl->n_ids;
     }
@@ -207,7 +215,6 @@ int srv_prefix_restore(srv_server *s, slot *sl, srv_req *r, int common) {
     p->f[best].used = kvq_tool_now();
     int m = shared(sl->ids, n, r->prompt, r->n_prompt);
     r->n_disk = m < r->n_prompt ? m : r->n_prompt - 1;
-    s->met.prefix_hits++;
-    s->met.prefix_tokens += (unsigned long)r->n_disk;
+    count(s, 1, r->n_disk, 0);
     return m;
 }

@@ -260,9 +260,13 @@ static void admit(srv_server *s) {
         r->queued = 0;
         s->n_queued--;
         if (r->group > 1) lead_now = r;
-        srv_prefix_evict(s, sl, follower ? 0 : common);
+        if (s->prefix) { /* disk I/O without the lock: the connections go on meanwhile */
+            pthread_mutex_unlock(&s->mu);
+            srv_prefix_evict(s, sl, follower ? 0 : common);
+            if (!follower) common = srv_prefix_restore(s, sl, r, common);
+            pthread_mutex_lock(&s->mu);
+        }
         if (follower) common = 0; /* the lead's cache is copied in once its prompt is read */
-        else common = srv_prefix_restore(s, sl, r, common);
         if (common >= r->n_prompt && sl->n_saved != r->n_prompt)
             common = r->n_prompt - 1; /* the last token again, for its logits */
         sl->smp = kvq_sampler_new(&r->sp);

@@ -84,7 +84,8 @@ void srv_orphan_choices(srv_server *s, const srv_req *lead);
 /* Under the lock: slots without a request. */
 int srv_free_slots(const srv_server *s);
 
-/* server_prefix_cache.c (--prefix-cache): under the lock, on the scheduler thread. Before a
+/* server_prefix_cache.c (--prefix-cache): on the scheduler thread, without the lock (they take
+ * it for the metrics); the slot is not yet the request's. Before a
  * slot keeps only `keep` of its cached tokens for a new request: saves them to the disk cache
  * when enough would be lost. Then: restores into the slot the file sharing the longest prefix
  * with r's prompt when that beats `common`; returns the prefix the slot now shares. */
