@@ -38,8 +38,8 @@ typedef struct {
      * it for groups from s0/M (s0 even; r0, r1 multiples of KVQ_AQLM_RB or
      * r1 == rows_pad; acc 64-byte aligned). */
     void (*lut_gemv)(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1);
-    /* Codeword gather for nbits > 8, same contract as dense_gemv: each codeword
-     * fetched once serves all n tokens. */
+    /* Codeword gather for nbits > 8, as dense_gemv but for n <= KVQ_GATHER_MAX_T:
+     * each codeword fetched once serves all n tokens. */
     void (*gather_gemv)(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
     /* AQLM rows [r0, r1) dequantized (scale applied) into out[(r-r0)*cols]. */
     void (*aqlm_rows)(const kvq_cpu_weight *w, int r0, int r1, float *out);
@@ -87,6 +87,9 @@ typedef struct {
  * pass per 4 tokens (dense, codeword gather) up to ~8. */
 #define KVQ_LUT_MAX_N 16
 #define KVQ_GEMV_MAX_N 8
+/* Codeword gathers take a step of up to this many tokens in one pass (each
+ * row's codewords fetched once for all of them, KVQ_GATHER_MAX_T). */
+#define KVQ_GATHER_MAX_N (KVQ_GATHER_MAX_T + 1)
 /* With int16 tables (VBMI) a batch of tokens shares one pass over the codes;
  * per core (CPU time, 4096x4096 and 11008x4096 2x8) that runs at 70-80 GFLOP/s
  * equivalent from n = 4 on, against 38 for our tile GEMM at n = 16 and 74 / 110
@@ -622,14 +625,15 @@ static void matmul_lutq_batch(const kvq_mm_kernels *k, const kvq_cpu_weight *w, 
 }
 
 /* Dense and codeword-gather weights for a few tokens: one pass over the
- * weight per KVQ_GEMV_MAX_T tokens, rows split among threads. */
+ * weight per KVQ_GEMV_MAX_T (dense) or KVQ_GATHER_MAX_T tokens, rows split among threads. */
 static void matmul_gemv(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt) {
+    const int per = w->kind == KVQ_CW_DENSE ? KVQ_GEMV_MAX_T : KVQ_GATHER_MAX_T;
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads(), r0, r1;
         kvq_split(w->rows, T, t, &r0, &r1);
-        for (int t0 = 0; t0 < n; t0 += KVQ_GEMV_MAX_T) {
-            int nn = n - t0 < KVQ_GEMV_MAX_T ? n - t0 : KVQ_GEMV_MAX_T;
+        for (int t0 = 0; t0 < n; t0 += per) {
+            int nn = n - t0 < per ? n - t0 : per;
             const float *xt = x + (size_t)t0 * w->cols;
             float *yt = y + (size_t)t0 * w->rows;
             if (w->kind == KVQ_CW_DENSE)
@@ -801,7 +805,7 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
                 matmul_lut(k, w, x, y, n, nt, luts, luts + tables_n);
             return;
         }
-    } else if (n < KVQ_GEMV_MAX_N && w->kind != KVQ_CW_AQLM_LUT) {
+    } else if (w->kind == KVQ_CW_DENSE ? n < KVQ_GEMV_MAX_N : w->kind == KVQ_CW_AQLM_GATHER && n < KVQ_GATHER_MAX_N) {
         matmul_gemv(k, w, x, y, n, nt);
         return;
     }
