@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/aqlm/aqlm_kernels.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_matmul.h"
 #include "ref/ref.h"
@@ -46,8 +47,8 @@ static void wmade_free(wmade *w) {
 }
 
 /* For every ISA here: n = 1..16 tokens at once against each token alone
- * (bit for bit) and against the reference (rel L2 <= tol). */
-static void check_batches(const wmade *w, double tol, const char *what) {
+ * (bit for bit) and against the reference (rel L2 <= tol), on 1..max_nt threads. */
+static void check_batches(const wmade *w, double tol, int max_nt, const char *what) {
     enum { NMAX = 16 };
     int rows = w->d.rows, cols = w->d.cols;
     float *x = malloc(sizeof(float) * NMAX * cols), *alone = malloc(sizeof(float) * NMAX * rows);
@@ -65,7 +66,7 @@ static void check_batches(const wmade *w, double tol, const char *what) {
         double e = tu_rel_l2(alone, yr, (size_t)NMAX * rows);
         if (!(e <= tol)) fail_msg("%s isa=%s alone: rel L2 %.3g > %.1g", what, kvq_isa_name((kvq_isa)isa), e, tol);
         for (int n = 2; n <= NMAX; n++) {
-            int nt = 1 + n % 3; /* rows split unevenly too */
+            int nt = 1 + n % max_nt; /* rows split unevenly too */
             memset(y, 0xff, sizeof(float) * (size_t)n * rows);
             kvq_cpu_matmul(cw, x, y, n, nt);
             for (size_t i = 0; i < (size_t)n * rows; i++)
@@ -87,22 +88,40 @@ static void test_gather_batches(void **state) {
     (void)state;
     wmade w;
     make_aqlm(&w, 37, 104, 1, 16, 8, 1); /* 1x16, 13 groups: an odd one at the end */
-    check_batches(&w, 1e-5, "1x16 37x104");
+    check_batches(&w, 1e-5, 3, "1x16 37x104");
     wmade_free(&w);
     make_aqlm(&w, 70, 208, 1, 16, 16, 1); /* 1x16 with 16-value groups */
-    check_batches(&w, 1e-5, "1x16g16 70x208");
+    check_batches(&w, 1e-5, 3, "1x16g16 70x208");
     wmade_free(&w);
     make_aqlm(&w, 33, 120, 2, 12, 8, 1); /* two codebooks of 12 bits */
-    check_batches(&w, 1e-5, "2x12 33x120");
+    check_batches(&w, 1e-5, 3, "2x12 33x120");
     wmade_free(&w);
     make_aqlm(&w, 301, 1024, 1, 16, 8, 0); /* default (non-exact) 1x16: batches below the int8 tiles */
-    check_batches(&w, 1e-5, "1x16 301x1024");
+    check_batches(&w, 1e-5, 3, "1x16 301x1024");
+    wmade_free(&w);
+}
+
+/* 8-bit codes through tables: a step's tokens share each chunk of codes.
+ * One thread: with more, which thread takes which chunk (and so the order
+ * of the f32 partial sums) varies from call to call, for one token too. */
+static void test_table_batches(void **state) {
+    (void)state;
+    wmade w;
+    make_aqlm(&w, 37, 104, 2, 8, 8, 1); /* 2x8 */
+    check_batches(&w, KVQ_LUT_I16_REL_L2, 1, "2x8 37x104");
+    wmade_free(&w);
+    make_aqlm(&w, 70, 1000, 3, 8, 8, 1); /* odd M: group pairs, chunks with a remainder */
+    check_batches(&w, KVQ_LUT_I16_REL_L2, 1, "3x8 70x1000");
+    wmade_free(&w);
+    make_aqlm(&w, 301, 2048, 2, 8, 8, 0); /* default 2x8: several chunks */
+    check_batches(&w, KVQ_LUT_I16_REL_L2, 1, "2x8 301x2048");
     wmade_free(&w);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gather_batches),
+        cmocka_unit_test(test_table_batches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
