@@ -6,8 +6,17 @@
  *  - dense, n < KVQ_GEMV_MAX_N: GEMV straight from the stored F32/F16/BF16
  *    (halves stay 2 bytes/value and are widened in registers, so decode reads
  *    half the bytes), up to KVQ_GEMV_MAX_T tokens per pass over the weight;
- *  - AQLM nbits == 8, n < KVQ_LUT_MAX_N: per-token lookup tables (aqlm/);
- *  - AQLM nbits > 8, n < KVQ_GEMV_MAX_N: codeword gather + FMA, like dense;
+ *  - AQLM nbits == 8, n <= 16: per-token lookup tables (aqlm/), every token
+ *    of a step run through one chunk of codes before the next;
+ *  - AQLM nbits > 8, n <= 16: codeword gather + FMA, each row's codewords
+ *    fetched once per step for all tokens.
+ *  Both give a token of a 2-16 token step the bits it gets alone (greedy
+ *  speculative decoding relies on it; tests/test_matmul_batch.c); with 2+
+ *  threads 2x8 adds its per-thread f32 partials in an order that varies
+ *  between calls, one token's too (last-bit differences). Cost per
+ *  extra token (1 thread, 11008x4096, CPU time, Zen 4/5 VM): 2x8 ~0.45 ms
+ *  against ~0.55 ms for one token (lookups, not memory, set the pace), 1x16
+ *  ~1.5 ms against ~4 ms (f32 FMAs); docs/performance.md "Small batches";
  *  - AQLM with int8 codewords (opt-in, desc i8), any n: integer dot products (aqlm/aqlm_i8*.c);
  *  - everything else (batched): rows are widened/dequantized a tile at a time
  *    into a per-thread f32 buffer, and the tile is multiplied with all n tokens. */
