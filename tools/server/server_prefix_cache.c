@@ -120,7 +120,7 @@ int srv_prefix_open(srv_server *s, const srv_opts *o) {
         struct stat st;
         pfx_file *e = stat(path, &st) == 0 ? add(p) : NULL;
         if (!e) continue;
-        snprintf(e->name, sizeof e->name, "%s", de->d_name);
+        memcpy(e->name, de->d_name, l + 1); /* l < sizeof e->name: checked above */
         e->bytes = (size_t)st.st_size;
         e->used = (double)st.st_mtime;
         p->total += e->bytes;
