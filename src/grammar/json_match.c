@@ -36,8 +36,15 @@ void js_copy(js_state *dst, const js_state *src) {
 
 static int is_ws(uint8_t b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
 
-/* One more whitespace byte in the current gap; -1 past the bound. */
-static int take_ws(uint8_t *count) { return ++*count > JS_MAX_WS ? -1 : 0; }
+/* One more whitespace byte in the current gap: at most JS_MAX_WS of them, one newline
+ * (bit 7 of the count marks it), as a pretty-printer writes; -1 past that. */
+static int take_ws(uint8_t *count, uint8_t b) {
+    if (b == '\n') {
+        if (*count & 0x80) return -1;
+        *count |= 0x80;
+    }
+    return (++*count & 0x7F) > JS_MAX_WS ? -1 : 0;
+}
 
 static int lit_complete(const js_frame *f) {
     for (int i = 0; i < f->n->n_lits; i++)
@@ -242,7 +249,7 @@ static int feed_object(js_state *st, js_frame *f, uint8_t b) {
     const js_node *n = f->n;
     switch (f->phase) {
     case O_START: case O_KEY_NEXT:
-        if (is_ws(b)) return take_ws(&f->ws);
+        if (is_ws(b)) return take_ws(&f->ws, b);
         if (b == '}' && f->phase == O_START) {
             if (n->required) return -1;
             value_done(st);
@@ -262,16 +269,16 @@ static int feed_object(js_state *st, js_frame *f, uint8_t b) {
     case O_KEY:
         return feed_key(f, b);
     case O_COLON:
-        if (is_ws(b)) return take_ws(&f->ws);
+        if (is_ws(b)) return take_ws(&f->ws, b);
         if (b != ':') return -1;
         f->phase = O_VALUE;
         f->ws = 0;
         return 0;
     case O_VALUE:
-        if (is_ws(b)) return take_ws(&f->ws);
+        if (is_ws(b)) return take_ws(&f->ws, b);
         return start_value(st, f->prop >= 0 ? n->props[f->prop] : n->extra, b);
     case O_AFTER:
-        if (is_ws(b)) return take_ws(&f->ws);
+        if (is_ws(b)) return take_ws(&f->ws, b);
         if (b == ',') {
             if (!n->free_keys && !(all_props(n) & ~f->seen)) return -1;
             f->phase = O_KEY_NEXT;
@@ -287,7 +294,7 @@ static int feed_object(js_state *st, js_frame *f, uint8_t b) {
 
 static int feed_array(js_state *st, js_frame *f, uint8_t b) {
     const js_node *n = f->n;
-    if (is_ws(b)) return take_ws(&f->ws);
+    if (is_ws(b)) return take_ws(&f->ws, b);
     switch (f->phase) {
     case A_START:
         if (b == ']') {
@@ -317,7 +324,7 @@ static int feed(js_state *st, uint8_t b) {
     for (;;) {
         if (!st->depth) {
             if (st->done) return -1;
-            if (is_ws(b)) return take_ws(&st->ws);
+            if (is_ws(b)) return take_ws(&st->ws, b);
             return start_value(st, st->s->root, b);
         }
         js_frame *f = &st->f[st->depth - 1];

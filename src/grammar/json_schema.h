@@ -13,7 +13,8 @@ enum { JS_ANY, JS_OBJECT, JS_ARRAY, JS_STRING, JS_NUMBER, JS_INTEGER, JS_BOOLEAN
 #define JS_MAX_PROPS 64   /* properties of one object (a bit mask tracks which were written) */
 #define JS_MAX_LITS 64    /* enum values */
 #define JS_MAX_DEPTH 32   /* nesting of the generated value (frames of the matcher) */
-#define JS_MAX_WS 16      /* whitespace bytes between two tokens of JSON: bounded, so no loop on spaces */
+#define JS_MAX_WS 16      /* whitespace bytes between two tokens of JSON (one newline among them):
+                            bounded, so the model cannot loop on blanks */
 #define JS_MAX_NUM 24     /* characters of one number */
 
 typedef struct js_node js_node;
