@@ -269,6 +269,34 @@ KVQ_API void kvq_sampler_accept(kvq_sampler *s, int32_t id);
 KVQ_API void kvq_sampler_reset(kvq_sampler *s);
 KVQ_API void kvq_sampler_free(kvq_sampler *s);
 
+/* ---- structured output: JSON constrained by a schema ------------------------ */
+
+/* A JSON value being generated under a schema: masks the logits of tokens that cannot continue
+ * a valid value (docs/serving.md lists the schema subset). schema: JSON schema text, or NULL for
+ * any JSON object (response_format json_object). strict: keywords outside the subset are errors
+ * (else ignored, so not enforced). tok NULL: bytes only (kvq_json_constraint_feed). On failure
+ * returns NULL with one line in err (and kvq_last_error). */
+typedef struct kvq_json_constraint kvq_json_constraint;
+KVQ_API kvq_json_constraint *kvq_json_constraint_new(const kvq_tokenizer *tok, const char *schema, int strict, char *err,
+                                                     size_t errsz);
+/* Sets the logits of tokens that cannot come next to -inf; end-of-generation tokens stay only
+ * when the value is complete. */
+KVQ_API void kvq_json_constraint_apply(kvq_json_constraint *c, float *logits, int n_vocab);
+/* 1 when token id may come next. */
+KVQ_API int kvq_json_constraint_allows(const kvq_json_constraint *c, int32_t id);
+/* Records a generated token: 0, or -1 when it is not allowed (nothing changes). */
+KVQ_API int kvq_json_constraint_accept(kvq_json_constraint *c, int32_t id);
+/* Records text (e.g. forced by the caller): 0, or -1 when it cannot continue the value (nothing changes). */
+KVQ_API int kvq_json_constraint_feed(kvq_json_constraint *c, const char *text, size_t len);
+/* 1: the value is complete (it may end here); 2: complete and nothing but its end may follow. */
+KVQ_API int kvq_json_constraint_complete(const kvq_json_constraint *c);
+/* Samples under the constraint: the sampler's pick when allowed, else a pick from the masked
+ * logits (the mask is computed only then). Does not accept the token. */
+KVQ_API int32_t kvq_json_constraint_sample(kvq_json_constraint *c, kvq_sampler *s, const float *logits, int n_vocab);
+/* Starts over for a new value. */
+KVQ_API void kvq_json_constraint_reset(kvq_json_constraint *c);
+KVQ_API void kvq_json_constraint_free(kvq_json_constraint *c);
+
 /* ---- chat templates ------------------------------------------------------ */
 
 /* The HF chat template of a model, for the families kvq renders: "llama2"

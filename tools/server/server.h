@@ -58,7 +58,11 @@ typedef struct {
     long top_logprobs; /* alternatives per token: chat top_logprobs, completions logprobs (0..20) */
     int echo;          /* completions: the prompt comes back before the reply */
     long n;            /* choices (1..SRV_MAX_CHOICES; at most the server's slots) */
+    int json_mode, json_strict; /* response_format (SRV_JSON_*); strict: json_schema.strict */
+    char *json_schema;          /* json_schema's schema as text; NULL: any object */
 } srv_params;
+
+enum { SRV_JSON_NONE, SRV_JSON_OBJECT, SRV_JSON_SCHEMA };
 
 #define SRV_MAX_CHOICES 16
 #define SRV_N_ROUTES_MAX 16 /* room in the per-route counters */
@@ -67,6 +71,12 @@ typedef struct {
  * Returns 0, or -1 with e filled (4xx); p is then empty. */
 int srv_parse_completion(const char *body, size_t len, int chat, srv_params *p, srv_error *e);
 void srv_params_free(srv_params *p);
+
+/* server_json.c: "response_format" into p (the schema checked: 400 when outside the subset),
+ * and the request's constraint on the model's vocabulary (NULL with e filled). */
+struct cJSON;
+int srv_parse_response_format(const struct cJSON *j, srv_params *p, srv_error *e);
+kvq_json_constraint *srv_json_constraint(const kvq_tokenizer *tok, const srv_params *p, srv_error *e);
 
 /* POST /tokenize {"content": str, "add_special": bool}; /detokenize {"tokens": [int]}. */
 int srv_parse_tokenize(const char *body, size_t len, char **content, int *add_special, srv_error *e);
@@ -117,6 +127,7 @@ typedef struct srv_req {
     int n_stop;
     int logprobs, n_top, echo; /* echo with logprobs: the prompt's tokens are scored too */
     int *prompt_off;           /* echo with logprobs: byte offset of each prompt token's text */
+    kvq_json_constraint *json; /* response_format: the reply is a JSON value (NULL: free text) */
     int n_scored;              /* scheduler only: prompt tokens whose log-probability is known */
 
     /* out: text produced so far, consumed by the HTTP side from `sent` */

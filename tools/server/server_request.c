@@ -35,6 +35,7 @@ void srv_params_free(srv_params *p) {
     free(p->prompt);
     free(p->prompt_ids);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    free(p->json_schema);
     memset(p, 0, sizeof *p);
 }
 
@@ -269,6 +270,7 @@ int srv_parse_completion(const char *body, size_t len, int chat, srv_params *p, 
     if (!j) return -1;
     int r = chat ? parse_messages(j, p, e) : parse_prompt(j, p, e);
     if (!r) r = parse_sampling(j, p, e);
+    if (!r) r = srv_parse_response_format(j, p, e);
     cJSON_Delete(j);
     if (r) srv_params_free(p);
     return r;

@@ -40,6 +40,7 @@ static void req_free(srv_req *r) {
     free(r->text);
     free(r->lp);
     free(r->prompt_off);
+    kvq_json_constraint_free(r->json);
     pthread_cond_destroy(&r->cv);
     free(r);
 }
@@ -125,7 +126,11 @@ static uint64_t random_seed(void) {
 }
 
 /* A request for choice `index` of p (seed + index when p has a seed); takes prompt. */
-static srv_req *req_new(const srv_params *p, int32_t *prompt, int n_prompt, int plain_chat, int n_ctx, int index) {
+/* NULL with e filled when the response_format constraint cannot be made (e->status set), else
+ * NULL when out of memory. */
+static srv_req *req_new(srv_server *s, const srv_params *p, int32_t *prompt, int n_prompt, int plain_chat, int index,
+                       srv_error *e) {
+    int n_ctx = s->n_ctx;
     srv_req *r = calloc(1, sizeof *r);
     if (!r) {
         free(prompt);
@@ -152,6 +157,10 @@ static srv_req *req_new(const srv_params *p, int32_t *prompt, int n_prompt, int 
     r->frequency = (float)p->frequency_penalty;
     for (int i = 0; i < p->n_stop; i++)
         if ((r->stop[r->n_stop] = strdup(p->stop[i]))) r->n_stop++;
+    if (p->json_mode && !(r->json = srv_json_constraint(s->tok, p, e))) {
+        req_free(r);
+        return NULL;
+    }
     r->refs = 2;
     r->slot = -1;
     r->index = index;
@@ -165,10 +174,11 @@ int srv_submit_n(srv_server *s, const srv_params *p, int32_t *prompt, int n_prom
     for (int i = 0; i < n; i++) {
         int32_t *ids = prompt;
         if (i > 0 && (ids = malloc(sizeof *ids * (size_t)n_prompt))) memcpy(ids, prompt, sizeof *ids * (size_t)n_prompt);
-        if (!ids || !(out[i] = req_new(p, ids, n_prompt, plain_chat, s->n_ctx, i))) {
+        e->status = 0;
+        if (!ids || !(out[i] = req_new(s, p, ids, n_prompt, plain_chat, i, e))) {
             for (int k = 0; k < i; k++) req_free(out[k]);
-            if (i == 0) free(prompt);
             for (int k = 0; k < n; k++) out[k] = NULL;
+            if (ids && e->status) return -1; /* the constraint's 400 */
             return srv_fail(e, 500, NULL, "out of memory");
         }
         out[i]->lead = i ? out[0] : NULL;
@@ -320,7 +330,7 @@ static void take_text(slot *sl, const char *t, size_t k) {
     if (sl->finish) return;
     for (size_t i = 0; i < k; i++) {
         if (!t[i]) continue; /* a <0x00> byte token: JSON strings here are C strings */
-        if (r->plain_chat && t[i] == '\n') {
+        if (r->plain_chat && !r->json && t[i] == '\n') { /* a JSON reply may span lines */
             if (!sl->content_seen) continue;
             sl->finish = SRV_FINISH_STOP;
             break;
@@ -401,13 +411,14 @@ static void sample_next(srv_server *s, slot *sl, const float *lg) {
             if (sl->counts[sl->gen[i]] < 0) sl->counts[sl->gen[i]] = -sl->counts[sl->gen[i]];
         lg = s->logits;
     }
-    int32_t id = kvq_sample(sl->smp, lg, s->n_vocab);
+    int32_t id = r->json ? kvq_json_constraint_sample(r->json, sl->smp, lg, s->n_vocab) : kvq_sample(sl->smp, lg, s->n_vocab);
     if (!r->t_first) r->t_first = kvq_tool_now();
     if (id < 0 || kvq_token_is_eog(s->tok, id)) {
         flush_text(sl, SRV_FINISH_STOP);
         return;
     }
     kvq_sampler_accept(sl->smp, id);
+    if (r->json) kvq_json_constraint_accept(r->json, id);
     sl->gen[r->n_gen++] = id;
     sl->counts[id]++;
     srv_lp *e = r->logprobs ? new_lp(sl) : NULL;
@@ -420,6 +431,10 @@ static void sample_next(srv_server *s, slot *sl, const float *lg) {
     sl->gen_bytes += k > 0 ? k : 0;
     if (k > 0) take_text(sl, piece, (size_t)k);
     if (sl->finish) return;
+    if (r->json && kvq_json_constraint_complete(r->json) == 2) { /* the value is complete: nothing may follow */
+        flush_text(sl, SRV_FINISH_STOP);
+        return;
+    }
     if (r->n_gen >= r->max_tokens || sl->n_ids >= s->n_ctx) {
         flush_text(sl, SRV_FINISH_LENGTH);
         return;
