@@ -26,6 +26,7 @@ struct kvq_spec {
     int32_t *drafts;
     float *q;       /* the draft model's distribution of each draft (sampling) [K][n_vocab] */
     float *pt;      /* the target's distribution of the row being checked */
+    float *rows;    /* serial verification: the target's logits of each row [K+1][n_vocab] */
     uint64_t drafted, accepted;
 };
 
@@ -84,11 +85,14 @@ kvq_status kvq_spec_new(kvq_context *tgt, const kvq_spec_params *pp, kvq_spec **
     size_t nv = (size_t)s->n_vocab;
     s->drafts = malloc(sizeof *s->drafts * (size_t)p.draft_max);
     s->pt = malloc(sizeof *s->pt * nv);
+    /* A GPU's batched attention on a quantized cache sums q.k differently from its one-token
+     * decode (test_speculative_vulkan saw a q4 argmax flip), so there the rows go one by one. */
+    if (kvq_model_gpu_layers(tgt->m) > 0) s->rows = malloc(sizeof *s->rows * nv * (size_t)(p.draft_max + 1));
     s->q = p.draft ? malloc(sizeof *s->q * nv * (size_t)p.draft_max) : NULL;
     /* the target's device logits for K+1 rows (kvq_eval_batch grows them the same way) */
     const kvq_dev *last = &tgt->m->dev[tgt->m->n_dev - 1];
     kvq_status st = KVQ_OK;
-    if (!s->drafts || !s->pt || (p.draft && !s->q)) st = kvq_fail(KVQ_ERR_NOMEM, "out of memory for drafts");
+    if (!s->drafts || !s->pt || (p.draft && !s->q) || (kvq_model_gpu_layers(tgt->m) > 0 && !s->rows)) st = kvq_fail(KVQ_ERR_NOMEM, "out of memory for drafts");
     if (!st && tgt->logits_buf_rows < p.draft_max + 1) {
         kvq_buf *nb = last->be->buf_new(last->b, sizeof(float) * (size_t)(p.draft_max + 1) * nv);
         if (!nb) st = kvq_fail(KVQ_ERR_NOMEM, "out of memory for %d rows of logits", p.draft_max + 1);
@@ -108,7 +112,7 @@ kvq_status kvq_spec_new(kvq_context *tgt, const kvq_spec_params *pp, kvq_spec **
 
 void kvq_spec_free(kvq_spec *s) {
     if (!s) return;
-    free(s->hist), free(s->drafts), free(s->q), free(s->pt);
+    free(s->hist), free(s->drafts), free(s->q), free(s->pt), free(s->rows);
     free(s);
 }
 
@@ -217,17 +221,23 @@ int kvq_spec_step(kvq_spec *s, kvq_sampler *smp, int32_t *out, int cap) {
     int32_t batch[1 + KVQ_SPEC_MAX];
     batch[0] = s->hist[s->n_hist - 1];
     memcpy(batch + 1, s->drafts, sizeof *batch * (size_t)nd);
-    int all = s->tgt->p.logits_all;
-    s->tgt->p.logits_all = 1;
-    st = kvq_eval(s->tgt, batch, nd + 1);
-    s->tgt->p.logits_all = all;
+    if (s->rows) {
+        for (int i = 0; i <= nd && !st; i++)
+            if (!(st = kvq_eval(s->tgt, batch + i, 1)))
+                memcpy(s->rows + (size_t)i * s->n_vocab, kvq_logits(s->tgt), sizeof(float) * (size_t)s->n_vocab);
+    } else {
+        int all = s->tgt->p.logits_all;
+        s->tgt->p.logits_all = 1;
+        st = kvq_eval(s->tgt, batch, nd + 1);
+        s->tgt->p.logits_all = all;
+    }
     if (st) return -1;
     s->drafted += (uint64_t)nd;
     int a = 0;
     int32_t t = -1;
     for (int i = 0; i <= nd; i++) {
         int acc;
-        t = target_token(s, smp, greedy, kvq_logits_row(s->tgt, i), i < nd ? &s->drafts[i] : NULL,
+        t = target_token(s, smp, greedy, s->rows ? s->rows + (size_t)i * s->n_vocab : kvq_logits_row(s->tgt, i), i < nd ? &s->drafts[i] : NULL,
                          s->q ? s->q + (size_t)i * s->n_vocab : NULL, &acc, &st);
         if (st) return -1;
         kvq_sampler_accept(smp, t);
