@@ -243,6 +243,39 @@ KVQ_API kvq_status kvq_context_copy(kvq_context *dst, const kvq_context *src);
 KVQ_API kvq_status kvq_embedding(const kvq_context *c, float *out);
 KVQ_API int kvq_model_n_embd(const kvq_model *m);
 
+/* ---- speculative decoding ------------------------------------------------ */
+
+/* Drafts K tokens cheaply, verifies them with ONE forward of the target over the pending
+ * token and the drafts, keeps the longest accepted prefix and rolls both caches back past it.
+ * Greedy output equals plain decoding token for token; with sampling the accept/resample rule
+ * (kvq_sampler_verify) leaves the output distribution unchanged (docs/library.md). */
+typedef struct kvq_spec kvq_spec;
+typedef struct kvq_sampler kvq_sampler; /* (sampling, below) */
+
+typedef struct {
+    kvq_context *draft; /* a second model's context with the same tokenizer, or NULL */
+    int lookup_n;       /* draft NULL: prompt lookup, the continuation of the most recent earlier
+                           occurrence of the context's last lookup_n tokens (default 3) */
+    int draft_max;      /* K, drafts per step; 0: 8 with a draft model, 6 with lookup */
+    float draft_min_p;  /* a draft model stops drafting when its top probability is below; 0: off */
+} kvq_spec_params;
+
+KVQ_API kvq_spec_params kvq_spec_default_params(void);
+/* OK when the two models' vocabularies agree (size, every token's text, BOS and end ids);
+ * else KVQ_ERR_ARG with one line saying what differs. */
+KVQ_API kvq_status kvq_vocab_check(const kvq_model *target, const kvq_model *draft);
+/* target and p->draft must be empty (n_past 0); they stay the caller's to free, after s. */
+KVQ_API kvq_status kvq_spec_new(kvq_context *target, const kvq_spec_params *p, kvq_spec **out);
+KVQ_API void kvq_spec_free(kvq_spec *s);
+/* Evaluates the prompt on the target (and the draft). */
+KVQ_API kvq_status kvq_spec_prompt(kvq_spec *s, const int32_t *ids, int n);
+/* Generates 1..cap tokens into out with smp (each one recorded with kvq_sampler_accept) and
+ * returns how many, or -1 on error (kvq_last_error). The last one is not yet in the caches:
+ * the next step evaluates it first. */
+KVQ_API int kvq_spec_step(kvq_spec *s, kvq_sampler *smp, int32_t *out, int cap);
+/* Tokens drafted and accepted since kvq_spec_new. */
+KVQ_API void kvq_spec_stats(const kvq_spec *s, uint64_t *drafted, uint64_t *accepted);
+
 /* ---- sampling ------------------------------------------------------------ */
 
 typedef struct kvq_sampler kvq_sampler;
@@ -265,6 +298,16 @@ KVQ_API kvq_sampler *kvq_sampler_new(const kvq_sampler_params *p);
 KVQ_API int32_t kvq_sample(kvq_sampler *s, const float *logits, int n_vocab);
 /* Records a token fed to the model (prompt or generated) for the repeat penalty. */
 KVQ_API void kvq_sampler_accept(kvq_sampler *s, int32_t id);
+/* The distribution kvq_sample draws from (after repeat penalty, top-k, top-p, min-p and
+ * temperature) into probs[0..n_vocab): zero outside the kept tokens; greedy: one-hot. */
+KVQ_API kvq_status kvq_sampler_dist(kvq_sampler *s, const float *logits, int n_vocab, float *probs);
+/* Draws a token from probs (summing to ~1) with s's random state. */
+KVQ_API int32_t kvq_sampler_draw(kvq_sampler *s, const float *probs, int n_vocab);
+/* Speculative sampling's rule: keeps draft with probability min(1, p_target/p_draft), else draws
+ * from max(0, p_target - p_draft) renormalized. p_draft NULL: a point mass on draft (lookup).
+ * Returns the token; *accepted says which happened. */
+KVQ_API int32_t kvq_sampler_verify(kvq_sampler *s, const float *p_target, const float *p_draft, int n_vocab,
+                                   int32_t draft, int *accepted);
 /* Forgets the recorded history (the random state keeps going). */
 KVQ_API void kvq_sampler_reset(kvq_sampler *s);
 KVQ_API void kvq_sampler_free(kvq_sampler *s);
