@@ -309,10 +309,10 @@ static kvq_tokenizer *load_demo(void) {
 static void test_sample_demo(void **st) {
     (void)st;
     kvq_tokenizer *tok = load_demo();
-    sample_values(tok, S_PERSON, 24);
-    sample_values(tok, S_TREE, 16);
-    sample_values(tok, S_LIST, 16);
-    sample_values(tok, NULL, 16);
+    sample_values(tok, S_PERSON, 12);
+    sample_values(tok, S_TREE, 8);
+    sample_values(tok, S_LIST, 8);
+    sample_values(tok, NULL, 8);
     kvq_tokenizer_free(tok);
 }
 
@@ -322,8 +322,8 @@ static void test_sample_llama3(void **st) {
     TU_NEED_FIXTURE(dir);
     kvq_tokenizer *tok = NULL;
     assert_int_equal(kvq_tokenizer_load(dir, &tok), KVQ_OK);
-    sample_values(tok, S_PERSON, 12);
-    sample_values(tok, NULL, 8);
+    sample_values(tok, S_PERSON, 4);
+    sample_values(tok, NULL, 4);
     kvq_tokenizer_free(tok);
 }
 
