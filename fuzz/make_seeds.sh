@@ -7,7 +7,7 @@ set -eu
 out=$1
 shared=$2
 shift 2
-targets=${*:-"safetensors st_index config tokenizer_load encode decode chat_template server_request session"}
+targets=${*:-"safetensors st_index config tokenizer_load encode decode chat_template server_request session json_schema"}
 src=$(cd "$(dirname "$0")/.." && pwd)
 command -v jq >/dev/null && command -v perl >/dev/null || { echo "make_seeds: needs jq and perl" >&2; exit 77; }
 fx=$shared/fixtures
@@ -122,6 +122,13 @@ for t in $targets; do
             i=$((i + 1))
             jq -j '.chat_template | if type == "array" then .[0].template else . end' "$c" >"$d/template$i"
         done ;;
+    json_schema)
+        # a schema, a NUL, then text fed to the matcher
+        printf '%s\000%s' '{"type":"object","properties":{"name":{"type":"string","maxLength":8},"role":{"enum":["a","b",1]},"tags":{"type":"array","items":{"type":"string"},"minItems":1,"maxItems":3},"n":{"anyOf":[{"type":"integer"},{"type":"null"}]}},"required":["name","role"],"additionalProperties":false}' '{"name":"x\u00e9","role":1,"tags":["a"],"n":null}' >"$d/person"
+        printf '%s\000%s' '{"$defs":{"t":{"type":"object","properties":{"v":{"type":"number"},"k":{"type":"array","items":{"$ref":"#/$defs/t"}}}}},"$ref":"#/$defs/t"}' '{"v":-1.5e3,"k":[{"v":0},{"k":[]}]}' >"$d/tree"
+        printf '\000%s' '{ "a" : [1, true, null, "s"],
+ "b": {}}' >"$d/object"
+        printf '%s' '{"type":["string","null"],"pattern":"x"}' >"$d/strict" ;;
     server_request)
         # byte 0: route (0 chat, 1 completions, 2 tokenize, 3 detokenize); the rest is the JSON body
         printf '\000%s' '{"model":"demo","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]}],"max_tokens":16,"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":42,"stop":["\n","END"],"stream":true,"stream_options":{"include_usage":true},"presence_penalty":0.5,"frequency_penalty":-0.5,"n":1}' >"$d/chat"

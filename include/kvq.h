@@ -185,6 +185,7 @@ typedef struct {
     int kv_rotate;             /* Hadamard-rotate head vectors before quantizing:
                                   -1: default (on for q4), 0 off, 1 on */
     int logits_all;            /* keep logits for every position of a batch (perplexity) */
+    int embeddings;            /* keep the mean final-normed hidden state (kvq_embedding) */
 } kvq_context_params;
 
 KVQ_API kvq_context_params kvq_context_default_params(void);
@@ -233,6 +234,47 @@ KVQ_API size_t kvq_kv_bytes_used(const kvq_context *c);
  * a restore, truncate one position and evaluate the last token again. */
 KVQ_API kvq_status kvq_context_save(const kvq_context *c, const char *path, const int32_t *tokens, int n_tokens);
 KVQ_API kvq_status kvq_context_restore(kvq_context *c, const char *path, int32_t *tokens, int cap, int *n_tokens);
+/* Copies src's cached positions into dst (same model, cache types and rotation, dst's n_ctx
+ * large enough), replacing dst's cache: n parallel choices share one prompt's evaluation. */
+KVQ_API kvq_status kvq_context_copy(kvq_context *dst, const kvq_context *src);
+/* With kvq_context_params.embeddings: the mean over every position evaluated by kvq_eval since
+ * the cache was last empty of the hidden state after the final norm (n_embd floats into out,
+ * not normalized). KVQ_ERR_ARG without the flag or before any position. */
+KVQ_API kvq_status kvq_embedding(const kvq_context *c, float *out);
+KVQ_API int kvq_model_n_embd(const kvq_model *m);
+
+/* ---- speculative decoding ------------------------------------------------ */
+
+/* Drafts K tokens cheaply, verifies them with ONE forward of the target over the pending
+ * token and the drafts, keeps the longest accepted prefix and rolls both caches back past it.
+ * Greedy output equals plain decoding token for token; with sampling the accept/resample rule
+ * (kvq_sampler_verify) leaves the output distribution unchanged (docs/library.md). */
+typedef struct kvq_spec kvq_spec;
+typedef struct kvq_sampler kvq_sampler; /* (sampling, below) */
+
+typedef struct {
+    kvq_context *draft; /* a second model's context with the same tokenizer, or NULL */
+    int lookup_n;       /* draft NULL: prompt lookup, the continuation of the most recent earlier
+                           occurrence of the context's last lookup_n tokens (default 3) */
+    int draft_max;      /* K, drafts per step; 0: 8 with a draft model, 6 with lookup */
+    float draft_min_p;  /* a draft model stops drafting when its top probability is below; 0: off */
+} kvq_spec_params;
+
+KVQ_API kvq_spec_params kvq_spec_default_params(void);
+/* OK when the two models' vocabularies agree (size, every token's text, BOS and end ids);
+ * else KVQ_ERR_ARG with one line saying what differs. */
+KVQ_API kvq_status kvq_vocab_check(const kvq_model *target, const kvq_model *draft);
+/* target and p->draft must be empty (n_past 0); they stay the caller's to free, after s. */
+KVQ_API kvq_status kvq_spec_new(kvq_context *target, const kvq_spec_params *p, kvq_spec **out);
+KVQ_API void kvq_spec_free(kvq_spec *s);
+/* Evaluates the prompt on the target (and the draft). */
+KVQ_API kvq_status kvq_spec_prompt(kvq_spec *s, const int32_t *ids, int n);
+/* Generates 1..cap tokens into out with smp (each one recorded with kvq_sampler_accept) and
+ * returns how many, or -1 on error (kvq_last_error). The last one is not yet in the caches:
+ * the next step evaluates it first. */
+KVQ_API int kvq_spec_step(kvq_spec *s, kvq_sampler *smp, int32_t *out, int cap);
+/* Tokens drafted and accepted since kvq_spec_new. */
+KVQ_API void kvq_spec_stats(const kvq_spec *s, uint64_t *drafted, uint64_t *accepted);
 
 /* ---- sampling ------------------------------------------------------------ */
 
@@ -256,9 +298,47 @@ KVQ_API kvq_sampler *kvq_sampler_new(const kvq_sampler_params *p);
 KVQ_API int32_t kvq_sample(kvq_sampler *s, const float *logits, int n_vocab);
 /* Records a token fed to the model (prompt or generated) for the repeat penalty. */
 KVQ_API void kvq_sampler_accept(kvq_sampler *s, int32_t id);
+/* The distribution kvq_sample draws from (after repeat penalty, top-k, top-p, min-p and
+ * temperature) into probs[0..n_vocab): zero outside the kept tokens; greedy: one-hot. */
+KVQ_API kvq_status kvq_sampler_dist(kvq_sampler *s, const float *logits, int n_vocab, float *probs);
+/* Draws a token from probs (summing to ~1) with s's random state. */
+KVQ_API int32_t kvq_sampler_draw(kvq_sampler *s, const float *probs, int n_vocab);
+/* Speculative sampling's rule: keeps draft with probability min(1, p_target/p_draft), else draws
+ * from max(0, p_target - p_draft) renormalized. p_draft NULL: a point mass on draft (lookup).
+ * Returns the token; *accepted says which happened. */
+KVQ_API int32_t kvq_sampler_verify(kvq_sampler *s, const float *p_target, const float *p_draft, int n_vocab,
+                                   int32_t draft, int *accepted);
 /* Forgets the recorded history (the random state keeps going). */
 KVQ_API void kvq_sampler_reset(kvq_sampler *s);
 KVQ_API void kvq_sampler_free(kvq_sampler *s);
+
+/* ---- structured output: JSON constrained by a schema ------------------------ */
+
+/* A JSON value being generated under a schema: masks the logits of tokens that cannot continue
+ * a valid value (docs/serving.md lists the schema subset). schema: JSON schema text, or NULL for
+ * any JSON object (response_format json_object). strict: keywords outside the subset are errors
+ * (else ignored, so not enforced). tok NULL: bytes only (kvq_json_constraint_feed). On failure
+ * returns NULL with one line in err (and kvq_last_error). */
+typedef struct kvq_json_constraint kvq_json_constraint;
+KVQ_API kvq_json_constraint *kvq_json_constraint_new(const kvq_tokenizer *tok, const char *schema, int strict, char *err,
+                                                     size_t errsz);
+/* Sets the logits of tokens that cannot come next to -inf; end-of-generation tokens stay only
+ * when the value is complete. */
+KVQ_API void kvq_json_constraint_apply(kvq_json_constraint *c, float *logits, int n_vocab);
+/* 1 when token id may come next. */
+KVQ_API int kvq_json_constraint_allows(const kvq_json_constraint *c, int32_t id);
+/* Records a generated token: 0, or -1 when it is not allowed (nothing changes). */
+KVQ_API int kvq_json_constraint_accept(kvq_json_constraint *c, int32_t id);
+/* Records text (e.g. forced by the caller): 0, or -1 when it cannot continue the value (nothing changes). */
+KVQ_API int kvq_json_constraint_feed(kvq_json_constraint *c, const char *text, size_t len);
+/* 1: the value is complete (it may end here); 2: complete and nothing but its end may follow. */
+KVQ_API int kvq_json_constraint_complete(const kvq_json_constraint *c);
+/* Samples under the constraint: the sampler's pick when allowed, else a pick from the masked
+ * logits (the mask is computed only then). Does not accept the token. */
+KVQ_API int32_t kvq_json_constraint_sample(kvq_json_constraint *c, kvq_sampler *s, const float *logits, int n_vocab);
+/* Starts over for a new value. */
+KVQ_API void kvq_json_constraint_reset(kvq_json_constraint *c);
+KVQ_API void kvq_json_constraint_free(kvq_json_constraint *c);
 
 /* ---- chat templates ------------------------------------------------------ */
 

@@ -3,16 +3,23 @@
 // optional orthonormal Walsh-Hadamard rotation of the whole head vector, then
 // the row in f32/f16/q8/q4 with the same bytes as kvq_ref_kv_store_row. Rows
 // are padded to whole words, so each workgroup writes only its own words.
+// With pc.rope (kvq_backend.rope_kv_store, issue 33 §3): K rows are first turned by RoPE
+// (written back to the source too, as the separate rope op would leave them), and z = 2
+// workgroups turn the query heads of their KV head in place, so one dispatch (and one
+// barrier before attention) does what rope, rope and kv_store did in three. Pairs and
+// formula as rope.comp.
 #extension GL_GOOGLE_include_directive : require
 #include "kv_format.glsl"
 
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint HD = 128; // head_dim, a multiple of 32
 
-layout(std430, binding = 0) readonly buffer KSrc { float ksrc[]; };
+layout(std430, binding = 0) buffer KSrc { float ksrc[]; };
 layout(std430, binding = 1) readonly buffer VSrc { float vsrc[]; };
 layout(std430, binding = 2) writeonly buffer KC { uint kc[]; };
 layout(std430, binding = 3) writeonly buffer VC { uint vc[]; };
+layout(std430, binding = 4) readonly buffer CS { vec2 cs[]; }; // rope: (cos, sin)[token][HD/2]
+layout(std430, binding = 5) buffer Q { float q[]; };           // rope: the queries, turned in place
 
 layout(push_constant) uniform PC {
     uint n_head_kv, n_ctx, pos0; // pos0: position of token 0 of this dispatch
@@ -21,6 +28,7 @@ layout(push_constant) uniform PC {
     uint krow_words, vrow_words; // padded row sizes
     float hscale;                // 1/sqrtf(HD), computed on the host as the reference does
     uint t0;                     // first source token of this dispatch
+    uint rope, pairs, n_head;    // rope: turn K (and Q at z = 2) first; pairs: KVQ_ROPE_PAIRS
 } pc;
 
 shared float xs[HD];
@@ -34,16 +42,47 @@ void put(bool isv, uint w, uint x) {
         kc[w] = x;
 }
 
+// xs (HD values of token row t) turned by RoPE in shared memory.
+void rope_xs(uint tid, uint t) {
+    const uint half_d = HD / 2u;
+    for (uint i = tid; i < half_d; i += 64u) {
+        vec2 r = cs[t * half_d + i];
+        uint ia = pc.pairs != 0u ? 2u * i : i;
+        uint ib = pc.pairs != 0u ? ia + 1u : ia + half_d;
+        float a = xs[ia], b = xs[ib];
+        xs[ia] = a * r.x - b * r.y;
+        xs[ib] = b * r.x + a * r.y;
+    }
+    barrier();
+}
+
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint t = gl_WorkGroupID.y, h = gl_WorkGroupID.x;
     const uint src = (pc.t0 + t) * pc.n_head_kv + h; // row of the source activations
+    if (gl_WorkGroupID.z == 2u) { // the query heads h * n_rep .. that share this KV head
+        const uint n_rep = pc.n_head / pc.n_head_kv;
+        for (uint qh = h * n_rep; qh < (h + 1u) * n_rep; qh++) {
+            const uint row = ((pc.t0 + t) * pc.n_head + qh) * HD;
+            for (uint i = tid; i < HD; i += 64u) xs[i] = q[row + i];
+            barrier();
+            rope_xs(tid, pc.t0 + t);
+            for (uint i = tid; i < HD; i += 64u) q[row + i] = xs[i];
+            barrier();
+        }
+        return;
+    }
     const bool isv = gl_WorkGroupID.z == 1u;
     const uint typ = isv ? pc.type_v : pc.type_k;
     const bool rot = (isv ? pc.rot_v : pc.rot_k) != 0u;
 
     for (uint i = tid; i < HD; i += 64u) xs[i] = isv ? vsrc[src * HD + i] : ksrc[src * HD + i];
     barrier();
+    if (pc.rope != 0u && !isv) {
+        rope_xs(tid, pc.t0 + t);
+        for (uint i = tid; i < HD; i += 64u) ksrc[src * HD + i] = xs[i];
+        barrier(); // read back before the rotation below rewrites xs
+    }
     if (rot) { // the reference's butterfly order: exact float sums, then one scale
         for (uint len = 1u; len < HD; len <<= 1) {
             for (uint k = tid; k < HD / 2u; k += 64u) {

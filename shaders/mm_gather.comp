@@ -19,6 +19,7 @@
 //   branch and are not stored. Each row still adds its terms in the same order.
 // Output as in mm_lut.comp: final rows or partial sums over a chunk range.
 #include "mm_common.glsl"
+#include "mm_sum.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint M = 1;
@@ -37,12 +38,14 @@ layout(std430, binding = 2) readonly buffer X { float x[]; };
 layout(std430, binding = 3) coherent buffer Y { float y[]; }; // rows, or the partial sums
 layout(std430, binding = 4) readonly buffer S { float scales[]; };
 layout(std430, binding = 5) readonly buffer B { float bias[]; };
-layout(std430, binding = 6) writeonly buffer YF { float yf[]; };  // rows, when the last workgroup reduces
+layout(std430, binding = 6) coherent buffer YF { float yf[]; };  // rows, when the last workgroup reduces
 layout(std430, binding = 7) coherent buffer Cnt { uint cnt[]; }; // workgroups done per row block
 
 layout(push_constant) uniform PC {
     uint rows_p, row0, rows_total, cols, n_chunks, chunks_per_split, flags, n;
+    float cb_l1, eps; // cb_l1: mm_lut's (unused here); eps: MM_NORM's
 } pc;
+#include "mm_fuse.glsl"
 
 shared vec4 xs[NT * CW / 4];
 
@@ -69,7 +72,7 @@ void main() {
             vec4 v = vec4(0.0);
             if (t < pc.n)
                 [[unroll]] for (uint e = 0u; e < 4u; e++)
-                    if (k + e < pc.cols) v[e] = x[t * pc.cols + k + e];
+                    if (k + e < pc.cols) v[e] = mm_x(t * pc.cols + k + e);
             xs[i] = v;
         }
         barrier();

@@ -25,6 +25,7 @@
 // Output (mm_store.glsl): final rows, or split over chunks partial sums that the
 // last workgroup (or mm_reduce.comp) adds up.
 #include "mm_common.glsl"
+#include "mm_sum.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint M = 2;
@@ -42,13 +43,15 @@ layout(std430, binding = 2) readonly buffer X { float x[]; };
 layout(std430, binding = 3) coherent buffer Y { float y[]; }; // rows, or the partial sums
 layout(std430, binding = 4) readonly buffer S { float scales[]; };
 layout(std430, binding = 5) readonly buffer B { float bias[]; };
-layout(std430, binding = 6) writeonly buffer YF { float yf[]; };  // rows, when the last workgroup reduces
+layout(std430, binding = 6) coherent buffer YF { float yf[]; };  // rows, when the last workgroup reduces
 layout(std430, binding = 7) coherent buffer Cnt { uint cnt[]; }; // workgroups done per row block
 
 layout(push_constant) uniform PC {
     uint rows_p, row0, rows_total, cols, n_chunks, chunks_per_split, flags, n; // flags: bit0 bias, bit1 partial, bit2 last workgroup reduces
     float cb_l1; // max over codewords of sum |c_j| (LUT_F16's scale)
+    float eps;   // MM_NORM's
 } pc;
+#include "mm_fuse.glsl"
 
 #ifdef LUT_F16
 shared float16_t lut[16 * 256];
@@ -98,7 +101,7 @@ void main() {
 #endif
         for (uint i = tid; i < NT * CW; i += 256u) {
             uint t = i / CW, k = c * CW + i % CW;
-            float v = (t < pc.n && k < pc.cols) ? x[t * pc.cols + k] : 0.0;
+            float v = (t < pc.n && k < pc.cols) ? mm_x(t * pc.cols + k) : 0.0;
             xs[i] = v;
 #ifdef LUT_F16
             atomicMax(xmax[par * NT + t], floatBitsToUint(abs(v)));

@@ -183,6 +183,16 @@ typedef struct kvq_backend {
     double (*bandwidth_gbs)(kvq_bctx *b);
     /* Optional: 1 when the device's memory is the host's (an integrated GPU). NULL: 0. */
     int (*shares_host_memory)(kvq_bctx *b);
+
+    /* ---- optional fusions: NULL, the graph issues the separate ops (fewer GPU dispatches, barriers) ---- */
+    /* y += x·Wᵀ (a projection into the residual stream); then, when g is given, h = rms_norm(y)·g with eps. */
+    void (*matmul_add)(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n, const kvq_wt *g, kvq_buf *h, float eps);
+    /* The same with input act(gate)·up (swiglu; geglu when gelu): the down projection; gate may be overwritten. */
+    void (*matmul_glu_add)(kvq_bctx *b, const kvq_wt *w, kvq_buf *gate, const kvq_buf *up, int gelu, kvq_buf *y, int n,
+                           const kvq_wt *g, kvq_buf *h, float eps);
+    /* rope of q (n_head heads) and k in place as the rope entry does, then kv_store of k and v. */
+    void (*rope_kv_store)(kvq_bctx *b, kvq_kvbuf *kv, int layer, kvq_buf *q, kvq_buf *k, const kvq_buf *v, int n_head,
+                          int pos0, int n, const float *inv_freq, int mode);
 } kvq_backend;
 
 /* Registry (backend.c): backends compiled into this build, best first. */

@@ -133,6 +133,8 @@ void kvq_context_free(kvq_context *c) {
     free(c->route_w);
     free(c->logits_host);
     free(c->hist);
+    free(c->embd_sum);
+    free(c->embd_rows);
     free(c);
 }
 

@@ -40,6 +40,9 @@ struct kvq_context {
     float *logits_host;      /* rows of the last kvq_eval call */
     int logits_rows, logits_cap;
     char note[192];          /* kvq_context_note */
+    double *embd_sum;        /* p.embeddings: final-normed hidden states summed since the cache was empty [n_embd] */
+    float *embd_rows;        /* one piece's rows read back [n_batch][n_embd] */
+    int embd_n;              /* positions summed in embd_sum */
 };
 
 /* One context's share of a forward pass: rows row0 .. row0+n-1 of the activations. */
@@ -53,6 +56,10 @@ typedef struct {
  * context's rows go to its own cache at its positions n_past.. (n_past is not advanced).
  * Logits into dst: every row when there is one sequence and c->p.logits_all is set, else the
  * last row of each sequence (c->logits must hold n_seq rows). */
+/* embeddings.c: adds n rows of final-normed hidden state (xb on device D) to c's sums; the
+ * sums restart when these rows begin at position 0. */
+kvq_status kvq_embd_add(kvq_context *c, const kvq_dev *D, const kvq_buf *xb, int n);
+
 kvq_status kvq_graph_forward(kvq_context *c, const kvq_graph_seq *seqs, int n_seq, const int32_t *ids, int n, float *dst);
 
 #endif

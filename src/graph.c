@@ -46,9 +46,35 @@ static void qkv_projections(const kvq_context *c, const kvq_layer *L, kvq_acts *
     be->copy_rows(b, A->fused, qd + kvd, row, A->v, 0, kvd, kvd, n);
 }
 
-/* x += attention(h)·Wo for layer l. Each sequence's rows attend over its own context's cache at
+/* hb = act(hb) * hb2 over count values. */
+static void gated_act(const kvq_context *c, const kvq_dev *D, kvq_acts *A, size_t count) {
+    if (c->m->hp.gelu) D->be->geglu(D->b, A->hb, A->hb2, count);
+    else D->be->swiglu(D->b, A->hb, A->hb2, count);
+}
+
+/* x += in·W (in = act(in)·hb2 for the down projection, glu), then with g xb = norm(x): through the
+ * backend's optional fused entries where it has them (their norm is RMSNorm only). */
+static void residual(const kvq_context *c, const kvq_dev *D, const kvq_wt *w, kvq_buf *in, int glu, kvq_acts *A, int n,
+                     const kvq_wt *g) {
+    const kvq_hparams *hp = &c->m->hp;
+    const kvq_backend *be = D->be;
+    const kvq_wt *fg = hp->layer_norm ? NULL : g;
+    if (glu && be->matmul_glu_add) {
+        be->matmul_glu_add(D->b, w, in, A->hb2, hp->gelu, A->x, n, fg, A->xb, hp->rms_eps);
+    } else if (!glu && be->matmul_add) {
+        be->matmul_add(D->b, w, in, A->x, n, fg, A->xb, hp->rms_eps);
+    } else {
+        if (glu) gated_act(c, D, A, (size_t)n * hp->n_ff);
+        be->matmul(D->b, w, in, A->xo, n);
+        be->add(D->b, A->x, A->xo, (size_t)n * hp->n_embd);
+        fg = NULL;
+    }
+    if (g && !fg) norm(c, D, g, A->x, A->xb, n);
+}
+
+/* x += attention(h)·Wo for layer l, then xb = norm(x) with g when given. Each sequence's rows attend over its own context's cache at
  * that context's positions; rows of other contexts pass through those contexts' buffers. */
-static void attention_block(kvq_context *c, const kvq_graph_seq *seqs, int n_seq, int l, int n) {
+static void attention_block(kvq_context *c, const kvq_graph_seq *seqs, int n_seq, int l, int n, const kvq_wt *g) {
     const kvq_model *m = c->m;
     const kvq_hparams *hp = &m->hp;
     const kvq_layer *L = &m->layers[l];
@@ -75,24 +101,21 @@ static void attention_block(kvq_context *c, const kvq_graph_seq *seqs, int n_seq
             be->copy(b, A->k, r0 * kvd, S->k, 0, ns * kvd);
             be->copy(b, A->v, r0 * kvd, S->v, 0, ns * kvd);
         }
-        be->rope(b, S->q, ns, hp->n_head, hp->head_dim, pos0, sc->rope_freqs, mode);
-        be->rope(b, S->k, ns, hp->n_head_kv, hp->head_dim, pos0, sc->rope_freqs, mode);
-        be->kv_store(b, S->kv, kl, S->k, S->v, pos0, ns);
+        if (be->rope_kv_store) {
+            be->rope_kv_store(b, S->kv, kl, S->q, S->k, S->v, hp->n_head, pos0, ns, sc->rope_freqs, mode);
+        } else {
+            be->rope(b, S->q, ns, hp->n_head, hp->head_dim, pos0, sc->rope_freqs, mode);
+            be->rope(b, S->k, ns, hp->n_head_kv, hp->head_dim, pos0, sc->rope_freqs, mode);
+            be->kv_store(b, S->kv, kl, S->k, S->v, pos0, ns);
+        }
         be->attention(b, S->kv, kl, &ad, S->q, S->att, pos0, ns);
         if (sc != c) be->copy(b, S->att, 0, A->att, r0 * qd, ns * qd);
     }
-    be->matmul(b, L->lin[KVQ_LIN_O], A->att, A->xo, n);
-    be->add(b, A->x, A->xo, (size_t)n * hp->n_embd);
+    residual(c, &m->dev[L->dev], L->lin[KVQ_LIN_O], A->att, 0, A, n, g);
 }
 
-/* hb = act(hb) * hb2 over count values. */
-static void gated_act(const kvq_context *c, const kvq_dev *D, kvq_acts *A, size_t count) {
-    if (c->m->hp.gelu) D->be->geglu(D->b, A->hb, A->hb2, count);
-    else D->be->swiglu(D->b, A->hb, A->hb2, count);
-}
-
-/* x += (act(h·Wgate) * h·Wup)·Wdown. */
-static void ffn_dense(kvq_context *c, const kvq_layer *L, int n) {
+/* x += (act(h·Wgate) * h·Wup)·Wdown, then xb = norm(x) with g when given. */
+static void ffn_dense(kvq_context *c, const kvq_layer *L, int n, const kvq_wt *g) {
     const kvq_hparams *hp = &c->m->hp;
     const kvq_dev *D = &c->m->dev[L->dev];
     const kvq_backend *be = D->be;
@@ -107,9 +130,7 @@ static void ffn_dense(kvq_context *c, const kvq_layer *L, int n) {
         be->matmul(b, L->lin[KVQ_LIN_GATE], A->xb, A->hb, n);
         be->matmul(b, L->lin[KVQ_LIN_UP], A->xb, A->hb2, n);
     }
-    gated_act(c, D, A, (size_t)n * hp->n_ff);
-    be->matmul(b, L->lin[KVQ_LIN_DOWN], A->hb, A->xo, n);
-    be->add(b, A->x, A->xo, (size_t)n * hp->n_embd);
+    residual(c, D, L->lin[KVQ_LIN_DOWN], A->hb, 1, A, n, g);
 }
 
 /* Mixtral's routing (HF MixtralSparseMoeBlock): softmax over the router logits, the top k
@@ -183,7 +204,7 @@ kvq_status kvq_graph_forward(kvq_context *c, const kvq_graph_seq *seqs, int n_se
     const kvq_model *m = c->m;
     const kvq_hparams *hp = &m->hp;
     const size_t d = (size_t)hp->n_embd;
-    int dev = 0;
+    int dev = 0, normed = 0; /* normed: xb already holds this layer's input norm (fused into the last projection) */
     kvq_status s;
 
     const kvq_dev *D = &m->dev[0];
@@ -195,17 +216,23 @@ kvq_status kvq_graph_forward(kvq_context *c, const kvq_graph_seq *seqs, int n_se
         dev = L->dev;
         D = &m->dev[dev];
         kvq_acts *A = &c->act[dev];
-        norm(c, D, L->attn_norm, A->x, A->xb, n);
-        attention_block(c, seqs, n_seq, l, n);
+        if (!normed) norm(c, D, L->attn_norm, A->x, A->xb, n);
         /* parallel blocks (Cohere) feed the FFN the attention's input h, not a new norm of x */
-        if (!hp->parallel_block) norm(c, D, L->ffn_norm, A->x, A->xb, n);
-        if (!hp->n_expert) ffn_dense(c, L, n);
+        attention_block(c, seqs, n_seq, l, n, hp->parallel_block ? NULL : L->ffn_norm);
+        const kvq_layer *next = l + 1 < hp->n_layer && m->layers[l + 1].dev == dev ? &m->layers[l + 1] : NULL;
+        normed = next && !hp->n_expert;
+        if (!hp->n_expert) ffn_dense(c, L, n, next ? next->attn_norm : NULL);
         else if ((s = ffn_moe(c, L, n))) return s;
     }
     if (dev != m->n_dev - 1 && (s = cross(c, dev, m->n_dev - 1, n))) return s;
     D = &m->dev[m->n_dev - 1];
     kvq_acts *A = &c->act[m->n_dev - 1];
 
+    /* embeddings: every row's final-normed state before the LM head's rows are picked */
+    if (c->p.embeddings && n_seq == 1) {
+        norm(c, D, m->out_norm, A->x, A->xb, n);
+        if ((s = kvq_embd_add(c, D, A->xb, n))) return s;
+    }
     /* LM head: every row for perplexity, otherwise the last row of each sequence, moved to
      * row i (in order: a later sequence's last row lies past every row written before it). */
     int rows = c->p.logits_all && n_seq == 1 ? n : n_seq;

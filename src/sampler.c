@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sampler.h"
 #include "util.h"
 
 typedef struct {
@@ -166,28 +167,31 @@ static int by_better(const void *x, const void *y) {
     return better(*a, *b) ? -1 : better(*b, *a) ? 1 : 0;
 }
 
-int32_t kvq_sample(kvq_sampler *s, const float *logits, int n) {
-    if (!s || !logits || n <= 0) return -1;
-    const float *x = logits;
+/* The repeat-penalized logits (s->scratch, or logits itself when nothing is penalized); NULL
+ * when out of memory. */
+static const float *penalized(kvq_sampler *s, const float *logits, int n) {
     int penalize = s->p.repeat_penalty != 1.0f && s->p.repeat_penalty > 0 && s->hist_n > 0;
-    if (penalize || (s->p.temp > 0 && s->p.top_k != 1)) {
-        if (grow(s, n)) return argmax(logits, n); /* out of memory: still answer */
+    if (!penalize) return logits;
+    memcpy(s->scratch, logits, sizeof *logits * (size_t)n);
+    /* each distinct recent token once, as llama.cpp: a repeat does not compound */
+    for (int i = 0; i < s->hist_n; i++) {
+        int32_t id = s->hist[i];
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = s->hist[j] == id;
+        if (seen || id < 0 || id >= n) continue;
+        float v = s->scratch[id];
+        s->scratch[id] = v > 0 ? v / s->p.repeat_penalty : v * s->p.repeat_penalty;
     }
-    if (penalize) {
-        memcpy(s->scratch, logits, sizeof *x * (size_t)n);
-        /* each distinct recent token once, as llama.cpp: a repeat does not compound */
-        for (int i = 0; i < s->hist_n; i++) {
-            int32_t id = s->hist[i];
-            int seen = 0;
-            for (int j = 0; j < i && !seen; j++) seen = s->hist[j] == id;
-            if (seen || id < 0 || id >= n) continue;
-            float v = s->scratch[id];
-            s->scratch[id] = v > 0 ? v / s->p.repeat_penalty : v * s->p.repeat_penalty;
-        }
-        x = s->scratch;
-    }
-    if (s->p.temp <= 0 || s->p.top_k == 1) return argmax(x, n);
+    return s->scratch;
+}
 
+static int greedy(const kvq_sampler *s) { return s->p.temp <= 0 || s->p.top_k == 1; }
+
+int kvq_sampler_is_greedy(const kvq_sampler *s) { return greedy(s); }
+
+/* Top-k, top-p and min-p over x: the survivors in s->cand[0..keep), their weights after the
+ * temperature in s->prob; returns keep and their total weight in *mass. */
+static int survivors(kvq_sampler *s, const float *x, int n, double *mass_out) {
     int k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
     cand *c = s->cand;
     double *pr = s->prob;
@@ -226,13 +230,80 @@ int32_t kvq_sample(kvq_sampler *s, const float *logits, int n) {
         qsort(c + sorted, (size_t)(next - sorted), sizeof *c, by_better);
         sorted = next;
     }
-    /* temperature over the survivors, then draw */
+    /* temperature over the survivors */
     double mass = 0;
     for (int i = 0; i < keep; i++) mass += pr[i] = exp(((double)c[i].logit - maxl) / s->p.temp);
+    *mass_out = mass;
+    return keep;
+}
+
+int32_t kvq_sample(kvq_sampler *s, const float *logits, int n) {
+    if (!s || !logits || n <= 0) return -1;
+    if (grow(s, n)) return argmax(logits, n); /* out of memory: still answer */
+    const float *x = penalized(s, logits, n);
+    if (greedy(s)) return argmax(x, n);
+    double mass;
+    int keep = survivors(s, x, n, &mass);
     double r = next_uniform(s) * mass;
     for (int i = 0; i < keep; i++) {
-        r -= pr[i];
-        if (r < 0) return c[i].id;
+        r -= s->prob[i];
+        if (r < 0) return s->cand[i].id;
     }
-    return c[keep - 1].id;
+    return s->cand[keep - 1].id;
+}
+
+kvq_status kvq_sampler_dist(kvq_sampler *s, const float *logits, int n, float *probs) {
+    if (!s || !logits || !probs || n <= 0) return kvq_fail(KVQ_ERR_ARG, "kvq_sampler_dist: bad arguments");
+    if (grow(s, n)) return kvq_fail(KVQ_ERR_NOMEM, "out of memory");
+    const float *x = penalized(s, logits, n);
+    memset(probs, 0, sizeof *probs * (size_t)n);
+    if (greedy(s)) {
+        probs[argmax(x, n)] = 1.0f;
+        return KVQ_OK;
+    }
+    double mass;
+    int keep = survivors(s, x, n, &mass);
+    for (int i = 0; i < keep; i++) probs[s->cand[i].id] = (float)(s->prob[i] / mass);
+    return KVQ_OK;
+}
+
+int32_t kvq_sampler_draw(kvq_sampler *s, const float *probs, int n) {
+    double total = 0;
+    int32_t last = 0;
+    for (int i = 0; i < n; i++)
+        if (probs[i] > 0) total += probs[i], last = i;
+    double r = next_uniform(s) * total;
+    for (int i = 0; i < n; i++) {
+        if (probs[i] <= 0) continue;
+        r -= probs[i];
+        if (r < 0) return i;
+    }
+    return last; /* rounding left r >= 0 */
+}
+
+int32_t kvq_sampler_verify(kvq_sampler *s, const float *pt, const float *pd, int n, int32_t draft, int *accepted) {
+    double q = pd ? pd[draft] : 1.0, p = pt[draft];
+    /* accept with probability min(1, p/q): u*q < p avoids dividing by a tiny q */
+    if (q > 0 && next_uniform(s) * q < p) {
+        *accepted = 1;
+        return draft;
+    }
+    *accepted = 0;
+    /* the residual max(0, p - q): what the draft under-proposes, drawn in proportion */
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        double d = (double)pt[i] - (pd ? pd[i] : (i == draft));
+        if (d > 0) total += d;
+    }
+    if (total <= 0) return kvq_sampler_draw(s, pt, n); /* p == q to rounding: any draw from p */
+    double r = next_uniform(s) * total;
+    int32_t last = 0;
+    for (int i = 0; i < n; i++) {
+        double d = (double)pt[i] - (pd ? pd[i] : (i == draft));
+        if (d <= 0) continue;
+        last = i;
+        r -= d;
+        if (r < 0) return i;
+    }
+    return last;
 }

@@ -110,12 +110,12 @@ static void test_reflection(void **s) {
     uint32_t spec[3] = {2, 8, 1};
     p = vk_pipe_get(b, "mm_lut", spec, 3);
     assert_non_null(p);
-    assert_int_equal(p->writes, 0xc8);
+    assert_int_equal(p->writes, 0x4c8); /* y, yf, counters, the fused norm's output */
     assert_int_equal(p->reads & 0x7, 0x7);
     if (b->caps.fp16) { /* the fp16-table variant: the same sets */
         p = vk_pipe_get(b, "mm_lut_h", spec, 3);
         assert_non_null(p);
-        assert_int_equal(p->writes, 0xc8);
+        assert_int_equal(p->writes, 0x4c8); /* y, yf, counters, the fused norm's output */
         assert_int_equal(p->reads & 0x7, 0x7);
     }
     assert_true(vk_pipe_get(b, "add", NULL, 0) == vk_pipe_get(b, "add", NULL, 0));
@@ -313,8 +313,16 @@ static void test_vk_model_budget(void **s) {
     int L = 4; /* the demo model's layers */
     print_message("per decode token: %.1f dispatches, %.1f barriers, %.1f submits, %d allocations\n", disp, bar,
                   (double)(s1.submits - s0.submits) / 4, s1.allocs);
-    assert_true(disp <= 18.0 * L + 8);
-    assert_true(bar <= 0.8 * disp);
+    /* issue 33 §3 budget with the fused entries (measured 44 / 33); without the last-workgroup
+     * reduce (KVQ_VK_DISABLE=all / fusedreduce) the fusions fall back to separate ops */
+    kvq_bctx *vb = m->dev[m->n_dev - 1].b;
+    if (vb->caps.fused_reduce) {
+        assert_true(disp <= 11.0 * L + 8);
+        assert_true(bar <= 9.0 * L + 5);
+    } else {
+        assert_true(disp <= 24.0 * L + 8);
+        assert_true(bar <= 0.8 * disp);
+    }
     assert_true(s1.allocs <= 8);
     kvq_context_free(c);
     kvq_model_free(m);

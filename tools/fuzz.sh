@@ -1,13 +1,13 @@
 #!/bin/sh
 # Builds the libFuzzer targets (clang, ASan + UBSan) in build-fuzz and runs one.
 # usage: tools/fuzz.sh TARGET SECONDS [libFuzzer options...]
-#   TARGET: safetensors st_index config tokenizer_load encode decode chat_template server_request session (or "list")
+#   TARGET: safetensors st_index config tokenizer_load encode decode chat_template server_request session json_schema (or "list")
 # The growing corpus is kept in build-fuzz/corpus/TARGET; seeds are regenerated
 # from the demo model and ../shared into build-fuzz/fuzz-seeds/TARGET. Crashes
 # land in build-fuzz/crashes/. CC (default clang-14, then clang) picks the compiler.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-targets="safetensors st_index config tokenizer_load encode decode chat_template server_request session"
+targets="safetensors st_index config tokenizer_load encode decode chat_template server_request session json_schema"
 if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
     echo "usage: tools/fuzz.sh TARGET SECONDS [libFuzzer options...]  (targets: $targets)"
     exit 0

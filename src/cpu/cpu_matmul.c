@@ -6,8 +6,17 @@
  *  - dense, n < KVQ_GEMV_MAX_N: GEMV straight from the stored F32/F16/BF16
  *    (halves stay 2 bytes/value and are widened in registers, so decode reads
  *    half the bytes), up to KVQ_GEMV_MAX_T tokens per pass over the weight;
- *  - AQLM nbits == 8, n < KVQ_LUT_MAX_N: per-token lookup tables (aqlm/);
- *  - AQLM nbits > 8, n < KVQ_GEMV_MAX_N: codeword gather + FMA, like dense;
+ *  - AQLM nbits == 8, n <= 16: per-token lookup tables (aqlm/), every token
+ *    of a step run through one chunk of codes before the next;
+ *  - AQLM nbits > 8, n <= 16: codeword gather + FMA, each row's codewords
+ *    fetched once per step for all tokens.
+ *  Both give a token of a 2-16 token step the bits it gets alone (greedy
+ *  speculative decoding relies on it; tests/test_matmul_batch.c); with 2+
+ *  threads 2x8 adds its per-thread f32 partials in an order that varies
+ *  between calls, one token's too (last-bit differences). Cost per
+ *  extra token (1 thread, 11008x4096, CPU time, Zen 4/5 VM): 2x8 ~0.45 ms
+ *  against ~0.55 ms for one token (lookups, not memory, set the pace), 1x16
+ *  ~1.5 ms against ~4 ms (f32 FMAs); docs/performance.md "Small batches";
  *  - AQLM with int8 codewords (opt-in, desc i8), any n: integer dot products (aqlm/aqlm_i8*.c);
  *  - everything else (batched): rows are widened/dequantized a tile at a time
  *    into a per-thread f32 buffer, and the tile is multiplied with all n tokens. */
@@ -38,8 +47,8 @@ typedef struct {
      * it for groups from s0/M (s0 even; r0, r1 multiples of KVQ_AQLM_RB or
      * r1 == rows_pad; acc 64-byte aligned). */
     void (*lut_gemv)(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1);
-    /* Codeword gather for nbits > 8, same contract as dense_gemv: each codeword
-     * fetched once serves all n tokens. */
+    /* Codeword gather for nbits > 8, as dense_gemv but for n <= KVQ_GATHER_MAX_T:
+     * each codeword fetched once serves all n tokens. */
     void (*gather_gemv)(const kvq_cpu_weight *w, const float *x, int n, float *y, int r0, int r1);
     /* AQLM rows [r0, r1) dequantized (scale applied) into out[(r-r0)*cols]. */
     void (*aqlm_rows)(const kvq_cpu_weight *w, int r0, int r1, float *out);
@@ -85,8 +94,11 @@ typedef struct {
  * multiplied with all tokens at once. Measured crossovers (2 cores, AVX-512):
  * per-token LUTs stay ahead of dequantize + GEMM up to ~16 tokens, a weight
  * pass per 4 tokens (dense, codeword gather) up to ~8. */
-#define KVQ_LUT_MAX_N 16
+#define KVQ_LUT_MAX_N 17
 #define KVQ_GEMV_MAX_N 8
+/* Codeword gathers take a step of up to this many tokens in one pass (each
+ * row's codewords fetched once for all of them, KVQ_GATHER_MAX_T). */
+#define KVQ_GATHER_MAX_N (KVQ_GATHER_MAX_T + 1)
 /* With int16 tables (VBMI) a batch of tokens shares one pass over the codes;
  * per core (CPU time, 4096x4096 and 11008x4096 2x8) that runs at 70-80 GFLOP/s
  * equivalent from n = 4 on, against 38 for our tile GEMM at n = 16 and 74 / 110
@@ -457,6 +469,17 @@ static void lut_reduce(const kvq_cpu_weight *w, const float *parts, int T, float
     add_bias(w, yt, o0, o1);
 }
 
+/* lut_reduce for token tok of n when each thread keeps n partial outputs (matmul_lutq). */
+static void lut_reduce_tok(const kvq_cpu_weight *w, const float *parts, int T, int n, int tok, float *yt, int o0, int o1) {
+    size_t pad = (size_t)w->rows_pad;
+    for (int o = o0; o < o1; o++) {
+        float sum = 0.0f;
+        for (int i = 0; i < T; i++) sum += parts[((size_t)i * n + tok) * pad + (size_t)o];
+        yt[o] = w->scales[o] * sum;
+    }
+    add_bias(w, yt, o0, o1);
+}
+
 /* f32 tables (lut_gemv): each thread takes one run of groups, in chunks of
  * lut_chunk(w) groups at lut + t*lut_chunk(w)*M*256. */
 static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
@@ -532,7 +555,11 @@ static size_t lutq_thread_floats(const kvq_cpu_weight *w) {
  * each with its own scale: q = round(T * 32767 / max|T| of the chunk), exact
  * int32 sums per chunk, added to the partials as f32. Per chunk, not per
  * token, so the tables never leave the thread's cache and the error is no
- * larger than with one scale per token. */
+ * larger than with one scale per token. A step of several tokens (server
+ * rows, speculative drafts) runs every token through a chunk before the next
+ * chunk is taken: the chunk's codes come from memory once for all of them,
+ * and each token gets the chunks, scales and int32 sums it would get alone.
+ * parts holds n partial outputs per thread (token i's at + i*rows_pad). */
 static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
                         float *scratch_all, float *parts) {
     int rows16 = (w->rows + 15) / 16, chunk = lutq_decode_chunk(w), next = 0;
@@ -544,25 +571,20 @@ static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const 
         int t = omp_get_thread_num(), T = omp_get_num_threads(), o0, o1;
         kvq_split(rows16, T, t, &o0, &o1);
         o0 *= 16, o1 = o1 * 16 < w->rows ? o1 * 16 : w->rows;
-        float *mine = parts + (size_t)t * pad, *own = scratch_all + (size_t)t * per;
+        float *mine = parts + (size_t)t * pad * n, *own = scratch_all + (size_t)t * per;
         void *q = own + (size_t)chunk * w->M * 256;
         int32_t *acc = (int32_t *)(own + (size_t)chunk * w->M * 384);
-        for (int tok = 0; tok < n; tok++) {
-            const float *xt = x + (size_t)tok * w->cols;
-            memset(mine, 0, pad * sizeof *mine);
-            for (int ga, gb; (ga = take_groups(&next, w, chunk, T, &gb)) < w->G;) {
-                float mx = k->lutq_build(w, xt, own, ga, gb);
+        memset(mine, 0, pad * n * sizeof *mine);
+        for (int ga, gb; (ga = take_groups(&next, w, chunk, T, &gb)) < w->G;)
+            for (int tok = 0; tok < n; tok++) {
+                float mx = k->lutq_build(w, x + (size_t)tok * w->cols, own, ga, gb);
                 /* mx = 0: all tables zero, any scale works; non-finite mx makes the outputs non-finite too */
                 qt.pack(w, own, mx > 0.0f ? qt.qmax / mx : 0.0f, q, qt.pair_bytes, ga, gb);
-                qt.gemv(w, q, ga * w->M, gb * w->M, mx / qt.qmax, acc, mine, 0, w->rows_pad);
+                qt.gemv(w, q, ga * w->M, gb * w->M, mx / qt.qmax, acc, mine + (size_t)tok * pad, 0, w->rows_pad);
             }
 #pragma omp barrier
-            if (t == 0) next = 0; /* nobody takes chunks again before the next barrier */
-            lut_reduce(w, parts, T, y + (size_t)tok * w->rows, o0, o1);
-            if (tok + 1 < n) {
-#pragma omp barrier
-            }
-        }
+        for (int tok = 0; tok < n; tok++)
+            lut_reduce_tok(w, parts, T, n, tok, y + (size_t)tok * w->rows, o0, o1);
     }
 }
 
@@ -622,14 +644,15 @@ static void matmul_lutq_batch(const kvq_mm_kernels *k, const kvq_cpu_weight *w, 
 }
 
 /* Dense and codeword-gather weights for a few tokens: one pass over the
- * weight per KVQ_GEMV_MAX_T tokens, rows split among threads. */
+ * weight per KVQ_GEMV_MAX_T (dense) or KVQ_GATHER_MAX_T tokens, rows split among threads. */
 static void matmul_gemv(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt) {
+    const int per = w->kind == KVQ_CW_DENSE ? KVQ_GEMV_MAX_T : KVQ_GATHER_MAX_T;
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads(), r0, r1;
         kvq_split(w->rows, T, t, &r0, &r1);
-        for (int t0 = 0; t0 < n; t0 += KVQ_GEMV_MAX_T) {
-            int nn = n - t0 < KVQ_GEMV_MAX_T ? n - t0 : KVQ_GEMV_MAX_T;
+        for (int t0 = 0; t0 < n; t0 += per) {
+            int nn = n - t0 < per ? n - t0 : per;
             const float *xt = x + (size_t)t0 * w->cols;
             float *yt = y + (size_t)t0 * w->rows;
             if (w->kind == KVQ_CW_DENSE)
@@ -793,7 +816,7 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
         size_t tn = nt > KVQ_MAX_LUT_THREADS ? KVQ_MAX_LUT_THREADS : (size_t)nt;
         /* Per thread a chunk's tables (and with int16 ones, its int32 sums), then a partial output per thread. */
         size_t tables_n = tn * (k->lutq_gemv ? lutq_thread_floats(w) : (size_t)lut_chunk(w) * w->M * 256);
-        float *luts = scratch(tables_n + tn * w->rows_pad);
+        float *luts = scratch(tables_n + tn * w->rows_pad * (size_t)(k->lutq_gemv ? n : 1));
         if (luts) {
             if (k->lutq_gemv)
                 matmul_lutq(k, w, x, y, n, nt, luts, luts + tables_n);
@@ -801,7 +824,7 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
                 matmul_lut(k, w, x, y, n, nt, luts, luts + tables_n);
             return;
         }
-    } else if (n < KVQ_GEMV_MAX_N && w->kind != KVQ_CW_AQLM_LUT) {
+    } else if (w->kind == KVQ_CW_DENSE ? n < KVQ_GEMV_MAX_N : w->kind == KVQ_CW_AQLM_GATHER && n < KVQ_GATHER_MAX_N) {
         matmul_gemv(k, w, x, y, n, nt);
         return;
     }

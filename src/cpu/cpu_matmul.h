@@ -36,7 +36,7 @@ int kvq_cpu_set_amx(int on);
  * 48, 18.9 / 18.3 at 64, 27.6 / 18.7 at 96. Without batched tables (AVX2,
  * NEON, AVX-512 without VBMI) 2x8 batches would take dequantize + f32 GEMM,
  * which the tiles beat from fewer tokens still. */
-#define KVQ_I8T_MIN_N_GATHER 16
+#define KVQ_I8T_MIN_N_GATHER 17 /* up to 16 tokens, the codeword gathers share each fetch (KVQ_GATHER_MAX_T) */
 #define KVQ_I8T_MIN_N_TABLES 48
 #define KVQ_I8T_MIN_N 32
 /* The first batch size that takes the tiles for w on the current kernels

@@ -15,6 +15,11 @@
 #define KVQ_AQLM_RB 64
 /* Most tokens one GEMV kernel call handles (one weight pass feeds them all). */
 #define KVQ_GEMV_MAX_T 4
+/* Most tokens one codeword-gather call handles: within each row the tokens go
+ * KVQ_GEMV_MAX_T at a time, so a row's codewords come from memory once (the
+ * later passes find them in L1) and every token's sums are added in the same
+ * order as when it is alone (a small batch changes no output). */
+#define KVQ_GATHER_MAX_T 16
 
 typedef enum {
     KVQ_CW_DENSE = 0, /* F32/F16/BF16 kept as stored (2 bytes/value for halves) */

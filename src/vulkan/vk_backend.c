@@ -103,28 +103,14 @@ static void vkb_stats(kvq_bctx *b, kvq_backend_stats *out) {
     out->waits = b->count.waits;
 }
 
-/* Enough groups of 256 for count items, capped: the shaders loop with a grid stride. */
-static uint32_t groups_for(const kvq_bctx *b, size_t count) {
-    size_t g = (count + 255) / 256;
-    size_t cap = b->max_groups[0] < 65535 ? b->max_groups[0] : 65535;
-    return (uint32_t)(g < 1 ? 1 : g > cap ? cap : g);
-}
-
-static int count_ok(kvq_bctx *b, size_t count, const char *op) {
-    if (count < UINT32_MAX) return 1;
-    vk_error(b, KVQ_ERR_UNSUPPORTED, "vulkan: %s over %zu values (over 2^32)", op, count);
-    return 0;
-}
-
-/* The norms' shaders by device (subgroupAdd: fewer barriers); ops_prepare builds the same. */
-static const char *rms_norm_shader(const kvq_bctx *b) { return b->caps.subgroup_arith ? "rms_norm_sg" : "rms_norm"; }
+/* The layer norm's shader by device (subgroupAdd: fewer barriers); ops_prepare builds the same. */
 static const char *layer_norm_shader(const kvq_bctx *b) { return b->caps.subgroup_arith ? "layer_norm_sg" : "layer_norm"; }
 
 /* Every elementwise op's pipeline (none has spec constants), built at the first weight upload
  * rather than at open: tests open backends often, and software drivers compile slowly. */
 static kvq_status ops_prepare(kvq_bctx *b) {
     if (b->ops_ready) return KVQ_OK;
-    const char *names[] = {rms_norm_shader(b), layer_norm_shader(b), "rope", "swiglu", "geglu", "add", "scale", "add_weighted"};
+    const char *names[] = {vk_rms_norm_shader(b), layer_norm_shader(b), "rope", "swiglu", "geglu", "add", "scale", "add_weighted"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) vk_pipe_get(b, names[i], NULL, 0);
     if (b->err) return vk_submit(b);
     b->ops_ready = 1;
@@ -146,12 +132,6 @@ static kvq_wt *vkb_weight_upload(kvq_bctx *b, const kvq_weight_desc *d) {
     return kvq_fail(KVQ_ERR_BACKEND, "%s: upload of its pipelines failed (%s)", d->name, msg), NULL;
 }
 
-static void vkb_rms_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps) {
-    struct { uint32_t dim; float eps; } pc = {(uint32_t)dim, eps};
-    vk_bind bind[3] = {vk_whole(x), kvq_vk_weight_vec(g), vk_whole(y)};
-    vk_dispatch(b, vk_pipe_get(b, rms_norm_shader(b), NULL, 0), bind, 3, &pc, sizeof pc, (uint32_t)n, 1, 1);
-}
-
 /* One workgroup per row; rows past the grid limit go in further dispatches (per-head
  * q/k norms run n_tokens * n_heads rows). */
 static void vkb_layer_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps, int g_rows) {
@@ -160,7 +140,7 @@ static void vkb_layer_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_b
         vk_error(b, KVQ_ERR_ARG, "vulkan: layer_norm gains of %dx%d for %d rows of %d", g->rows, g->cols, g_rows, dim);
         return;
     }
-    if (!count_ok(b, (size_t)n * dim, "layer_norm")) return;
+    if (!vk_count_ok(b, (size_t)n * dim, "layer_norm")) return;
     const vk_pipe *p = vk_pipe_get(b, layer_norm_shader(b), NULL, 0);
     vk_bind bind[3] = {vk_whole(x), kvq_vk_weight_vec(g), vk_whole(y)};
     const uint32_t cap = b->max_groups[0];
@@ -171,61 +151,33 @@ static void vkb_layer_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_b
     }
 }
 
-/* cos/sin of (pos0+t)·inv_freq[i] in double on the host, as the CPU does, staged once per
- * submit for all layers: single-precision angles on the device are off by ~1e-2 at 100k. */
-static vk_bind rope_table(kvq_bctx *b, int n, int half, int pos0, const float *inv_freq) {
-    if (b->rope.inv_freq == inv_freq && b->rope.pos0 == pos0 && b->rope.n == n && b->rope.half == half) return b->rope.tab;
-    float *cs = malloc(sizeof(float) * 2 * (size_t)n * half);
-    if (!cs) {
-        vk_error(b, KVQ_ERR_NOMEM, "vulkan: out of memory for the RoPE table");
-        return vk_whole(b->dummy);
-    }
-    for (int t = 0; t < n; t++)
-        for (int i = 0; i < half; i++) {
-            double ang = (double)(pos0 + t) * inv_freq[i];
-            cs[2 * ((size_t)t * half + i)] = (float)cos(ang);
-            cs[2 * ((size_t)t * half + i) + 1] = (float)sin(ang);
-        }
-    vk_bind tab = vk_stage(b, cs, sizeof(float) * 2 * (size_t)n * half);
-    free(cs);
-    b->rope.inv_freq = inv_freq, b->rope.pos0 = pos0, b->rope.n = n, b->rope.half = half, b->rope.tab = tab;
-    return tab;
-}
-
 static void vkb_rope(kvq_bctx *b, kvq_buf *x, int n, int n_heads, int head_dim, int pos0, const float *inv_freq, int mode) {
     size_t total = (size_t)n * n_heads * (head_dim / 2);
-    if (!count_ok(b, total, "rope")) return;
+    if (!vk_count_ok(b, total, "rope")) return;
     struct { uint32_t n, n_heads, head_dim, pairs; } pc = {(uint32_t)n, (uint32_t)n_heads, (uint32_t)head_dim,
                                                           (uint32_t)(mode == KVQ_ROPE_PAIRS)};
-    vk_bind bind[2] = {vk_whole(x), rope_table(b, n, head_dim / 2, pos0, inv_freq)};
-    vk_dispatch(b, vk_pipe_get(b, "rope", NULL, 0), bind, 2, &pc, sizeof pc, groups_for(b, total), 1, 1);
+    vk_bind bind[2] = {vk_whole(x), vk_rope_table(b, n, head_dim / 2, pos0, inv_freq)};
+    vk_dispatch(b, vk_pipe_get(b, "rope", NULL, 0), bind, 2, &pc, sizeof pc, vk_groups_for(b, total), 1, 1);
 }
 
-static void elementwise(kvq_bctx *b, const char *shader, kvq_buf *a, const kvq_buf *x, size_t count) {
-    if (!count_ok(b, count, shader)) return;
-    uint32_t pc = (uint32_t)count;
-    vk_bind bind[2] = {vk_whole(a), vk_whole(x)};
-    vk_dispatch(b, vk_pipe_get(b, shader, NULL, 0), bind, 2, &pc, sizeof pc, groups_for(b, count), 1, 1);
-}
+static void vkb_swiglu(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count) { vk_elementwise(b, "swiglu", gate, up, count); }
+static void vkb_add(kvq_bctx *b, kvq_buf *acc, const kvq_buf *x, size_t count) { vk_elementwise(b, "add", acc, x, count); }
 
-static void vkb_swiglu(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count) { elementwise(b, "swiglu", gate, up, count); }
-static void vkb_add(kvq_bctx *b, kvq_buf *acc, const kvq_buf *x, size_t count) { elementwise(b, "add", acc, x, count); }
-
-static void vkb_geglu(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count) { elementwise(b, "geglu", gate, up, count); }
+static void vkb_geglu(kvq_bctx *b, kvq_buf *gate, const kvq_buf *up, size_t count) { vk_elementwise(b, "geglu", gate, up, count); }
 
 static void vkb_scale(kvq_bctx *b, kvq_buf *x, size_t count, float s) {
-    if (!count_ok(b, count, "scale")) return;
+    if (!vk_count_ok(b, count, "scale")) return;
     struct { uint32_t count; float s; } pc = {(uint32_t)count, s};
     vk_bind bind[1] = {vk_whole(x)};
-    vk_dispatch(b, vk_pipe_get(b, "scale", NULL, 0), bind, 1, &pc, sizeof pc, groups_for(b, count), 1, 1);
+    vk_dispatch(b, vk_pipe_get(b, "scale", NULL, 0), bind, 1, &pc, sizeof pc, vk_groups_for(b, count), 1, 1);
 }
 
 static void vkb_add_weighted(kvq_bctx *b, kvq_buf *acc, const kvq_buf *src, const float *wts, int n, int k, int dim) {
     if (n <= 0 || k <= 0 || dim <= 0) return;
-    if (!count_ok(b, (size_t)n * k * dim, "add_weighted")) return;
+    if (!vk_count_ok(b, (size_t)n * k * dim, "add_weighted")) return;
     struct { uint32_t n, k, dim; } pc = {(uint32_t)n, (uint32_t)k, (uint32_t)dim};
     vk_bind bind[3] = {vk_whole(acc), vk_whole(src), vk_stage(b, wts, sizeof(float) * (size_t)n * k)};
-    vk_dispatch(b, vk_pipe_get(b, "add_weighted", NULL, 0), bind, 3, &pc, sizeof pc, groups_for(b, (size_t)n * dim), 1, 1);
+    vk_dispatch(b, vk_pipe_get(b, "add_weighted", NULL, 0), bind, 3, &pc, sizeof pc, vk_groups_for(b, (size_t)n * dim), 1, 1);
 }
 
 /* One transfer command with a region per row (rows that continue each other join). */
@@ -273,7 +225,7 @@ const kvq_backend kvq_backend_vulkan = {
     .kv_write = kvq_vk_kv_write,
     .get_rows = kvq_vk_get_rows,
     .matmul = kvq_vk_matmul,
-    .rms_norm = vkb_rms_norm,
+    .rms_norm = vk_op_rms_norm,
     .rope = vkb_rope,
     .swiglu = vkb_swiglu,
     .geglu = vkb_geglu,
@@ -294,4 +246,7 @@ const kvq_backend kvq_backend_vulkan = {
     .profile = vk_prof_report,
     .bandwidth_gbs = vkb_bandwidth,
     .shares_host_memory = vkb_shares_host_memory,
+    .matmul_add = kvq_vk_matmul_add,
+    .matmul_glu_add = kvq_vk_matmul_glu_add,
+    .rope_kv_store = kvq_vk_kv_store_rope,
 };

@@ -260,7 +260,7 @@ void kvq_vk_close(kvq_bctx *b) {
     if (!b) return;
     if (b->dev) {
         if (!b->dead) vk_finish(b);
-        for (int i = 0; i < 8; i++) vk_buf_free(b, b->scratch[i]);
+        for (int i = 0; i < (int)(sizeof b->scratch / sizeof b->scratch[0]); i++) vk_buf_free(b, b->scratch[i]);
         vk_buf_free(b, b->readback);
         vk_buf_free(b, b->stage);
         vk_buf_free(b, b->dummy);

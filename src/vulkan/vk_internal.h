@@ -30,7 +30,7 @@
 
 #include "backend.h"
 
-#define VK_MAX_BINDINGS 8
+#define VK_MAX_BINDINGS 12
 #define VK_PC_BYTES 128
 #define VK_MAX_PIPES 128
 #define VK_SLOTS 8     /* command buffers in flight: a whole 70B token's pieces (vk_record.c) */
@@ -67,7 +67,7 @@ typedef struct {
     uint32_t spec[16];
     int n_spec;
     VkPipeline pipe;
-    uint8_t reads, writes; /* bindings the shader declares readonly / writable (from its SPIR-V) */
+    uint16_t reads, writes; /* bindings the shader declares readonly / writable (from its SPIR-V) */
 } vk_pipe;
 
 /* A byte range of a buffer that a recorded command reads or writes. */
@@ -167,7 +167,7 @@ struct kvq_bctx {
     kvq_buf *stage;               /* host-visible ring: buf_write sources and vk_stage data */
     kvq_buf *readback;            /* host-visible buffer buf_read copies through */
     size_t stage_used;
-    kvq_buf *scratch[8];          /* vk_scratch slots */
+    kvq_buf *scratch[9];          /* vk_scratch slots */
     size_t part_off;              /* next free byte of the matvecs' partial-sum ring (scratch 4) */
     size_t cnt_off;               /* and of their counters' ring (scratch 5) */
     const kvq_buf *cnt_zeroed;    /* the counters' buffer, once it has been zeroed */
@@ -266,7 +266,7 @@ int vk_in_flight(kvq_bctx *b);
 /* Frees a buffer, first waiting for recorded work that may use it. */
 void vk_buf_free(kvq_bctx *b, kvq_buf *x);
 /* A persistent device buffer of at least `bytes` for slot 0..7 (grows, waiting for pending
- * work first). Slots: 0-3 attention, 4-5 matmul, 6-7 matmul_routed. NULL + error recorded on failure. */
+ * work first). Slots: 0-3 attention, 4-5 matmul, 6-7 matmul_routed, 8 the fused entries' fallback. NULL + error recorded on failure. */
 kvq_buf *vk_scratch(kvq_bctx *b, int slot, size_t bytes);
 
 /* ---- vk_profile.c: per-op device time (KVQ_VK_PROFILE=1, kvq-bench model --profile) ---- */
@@ -295,6 +295,38 @@ void kvq_vk_matmul(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, i
  * and y start at the binding's offset. */
 void kvq_vk_matmul_at(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n);
 
+/* Optional work a split-capable AQLM matvec folds in (shaders/mm_fuse.glsl): flags MM_* there. */
+enum { VK_MM_ADD = 8, VK_MM_NORM = 16, VK_MM_GLU = 32, VK_MM_GELU = 64 };
+typedef struct {
+    uint32_t flags;
+    vk_bind up;    /* VK_MM_GLU: the up rows (x holds the gate rows) */
+    vk_bind gain;  /* VK_MM_NORM: the norm's gains; its output goes to h */
+    vk_bind h;
+    float eps;
+} vk_mm_fuse;
+/* 1 when kvq_vk_matmul_fused can run w over n tokens in one dispatch (AQLM, decode sizes, one
+ * piece, the last-workgroup reduce available). */
+int kvq_vk_matmul_fusable(const kvq_bctx *b, const kvq_wt *w, int n);
+/* The matvec with f's work folded in (only where kvq_vk_matmul_fusable). */
+void kvq_vk_matmul_fused(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n, const vk_mm_fuse *f);
+
+/* ---- vk_ops.c: elementwise and norm dispatches (the table's and the fused entries' fallbacks) ---- */
+uint32_t vk_groups_for(const kvq_bctx *b, size_t count);
+/* 0 (error recorded) when count values do not fit the shaders' 32-bit indices. */
+int vk_count_ok(kvq_bctx *b, size_t count, const char *op);
+const char *vk_rms_norm_shader(const kvq_bctx *b);
+/* cos/sin of (pos0+t)·inv_freq[i] for t < n, i < half, staged once per submit. */
+vk_bind vk_rope_table(kvq_bctx *b, int n, int half, int pos0, const float *inv_freq);
+/* a = shader(a, x) over count values (add, swiglu, geglu). */
+void vk_elementwise(kvq_bctx *b, const char *shader, kvq_buf *a, const kvq_buf *x, size_t count);
+void vk_op_rms_norm(kvq_bctx *b, const kvq_buf *x, const kvq_wt *g, kvq_buf *y, int n, int dim, float eps);
+
+/* ---- vk_fuse.c: the optional fused entries of kvq_backend (issue 33 §3) ---- */
+void kvq_vk_matmul_add(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n, const kvq_wt *g, kvq_buf *h,
+                       float eps);
+void kvq_vk_matmul_glu_add(kvq_bctx *b, const kvq_wt *w, kvq_buf *x, const kvq_buf *up, int gelu, kvq_buf *y, int n,
+                           const kvq_wt *g, kvq_buf *h, float eps);
+
 /* ---- vk_moe.c: routed (mixture-of-experts) matmul ---- */
 void kvq_vk_matmul_routed(kvq_bctx *b, const kvq_wt *const *w, int n_w, const kvq_buf *x, kvq_buf *y, int n,
                           const int32_t *route, int x_div);
@@ -304,6 +336,9 @@ kvq_kvbuf *kvq_vk_kv_new(kvq_bctx *b, const kvq_kv_desc *d);
 void kvq_vk_kv_free(kvq_bctx *b, kvq_kvbuf *kv);
 size_t kvq_vk_kv_bytes(kvq_bctx *b, const kvq_kv_desc *d, int positions);
 void kvq_vk_kv_store(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, const kvq_buf *v, int pos0, int n);
+/* kvq_backend.rope_kv_store: kv_store that first ropes q (n_head heads) and k in place, one dispatch. */
+void kvq_vk_kv_store_rope(kvq_bctx *b, kvq_kvbuf *kv, int layer, kvq_buf *q, kvq_buf *k, const kvq_buf *v, int n_head,
+                          int pos0, int n, const float *inv_freq, int mode);
 void kvq_vk_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_attn_desc *a, const kvq_buf *q,
                       kvq_buf *out, int pos0, int n);
 

@@ -150,7 +150,9 @@ static const kvq_buf *layer_buf(const kvq_kvbuf *kv, int s, int layer, uint32_t 
     return kv->buf[s][layer / kv->per_buf[s]];
 }
 
-void kvq_vk_kv_store(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, const kvq_buf *v, int pos0, int n) {
+/* kv_store, with rope of q and k first when q is given (kvq_vk_kv_store_rope). */
+static void store(kvq_bctx *b, kvq_kvbuf *kv, int layer, kvq_buf *q, const kvq_buf *k, const kvq_buf *v, int n_head,
+                  vk_bind cs, int pairs, int pos0, int n) {
     const kvq_kv_desc *d = &kv->d;
     if (n <= 0) return;
     if (layer < 0 || layer >= d->n_layer || pos0 < 0 || pos0 + n > d->n_ctx) {
@@ -158,23 +160,40 @@ void kvq_vk_kv_store(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, co
                  pos0, pos0 + n - 1, layer, d->n_ctx);
         return;
     }
+    if (q && (n_head <= 0 || n_head % d->n_head_kv)) {
+        vk_error(b, KVQ_ERR_ARG, "vulkan: rope_kv_store of %d query heads over %d KV heads", n_head, d->n_head_kv);
+        return;
+    }
     struct {
         uint32_t n_head_kv, n_ctx, pos0, type_k, type_v, rot_k, rot_v, kbase, vbase, krow, vrow;
         float hscale;
-        uint32_t t0;
+        uint32_t t0, rope, pairs, n_head;
     } pc = {(uint32_t)d->n_head_kv, (uint32_t)d->n_ctx, 0, (uint32_t)d->type_k, (uint32_t)d->type_v,
             (uint32_t)!!d->rotate_k, (uint32_t)!!d->rotate_v, 0, 0, (uint32_t)(kv->row[0] / 4),
-            (uint32_t)(kv->row[1] / 4), 1.0f / sqrtf((float)d->head_dim), 0};
+            (uint32_t)(kv->row[1] / 4), 1.0f / sqrtf((float)d->head_dim), 0, q != NULL, (uint32_t)!!pairs, (uint32_t)n_head};
     const kvq_buf *kb = layer_buf(kv, 0, layer, &pc.kbase), *vb = layer_buf(kv, 1, layer, &pc.vbase);
     const uint32_t spec[1] = {(uint32_t)d->head_dim};
     const vk_pipe *p = vk_pipe_get(b, "kv_store", spec, 1);
-    vk_bind bind[4] = {vk_whole(k), vk_whole(v), vk_whole(kb), vk_whole(vb)};
+    vk_bind bind[6] = {vk_whole(k), vk_whole(v), vk_whole(kb), vk_whole(vb), q ? cs : vk_whole(b->dummy),
+                       vk_whole(q ? q : b->dummy)};
     const int step = b->max_groups[1] < 65535 ? (int)b->max_groups[1] : 65535; /* tokens per dispatch (y) */
     for (int t0 = 0; t0 < n; t0 += step) {
         pc.t0 = (uint32_t)t0;
         pc.pos0 = (uint32_t)(pos0 + t0);
-        vk_dispatch(b, p, bind, 4, &pc, sizeof pc, (uint32_t)d->n_head_kv, (uint32_t)(n - t0 < step ? n - t0 : step), 2);
+        vk_dispatch(b, p, bind, 6, &pc, sizeof pc, (uint32_t)d->n_head_kv, (uint32_t)(n - t0 < step ? n - t0 : step),
+                    q ? 3 : 2);
     }
+}
+
+void kvq_vk_kv_store(kvq_bctx *b, kvq_kvbuf *kv, int layer, const kvq_buf *k, const kvq_buf *v, int pos0, int n) {
+    store(b, kv, layer, NULL, k, v, 0, vk_whole(b->dummy), 0, pos0, n);
+}
+
+void kvq_vk_kv_store_rope(kvq_bctx *b, kvq_kvbuf *kv, int layer, kvq_buf *q, kvq_buf *k, const kvq_buf *v, int n_head,
+                          int pos0, int n, const float *inv_freq, int mode) {
+    if (n <= 0) return;
+    vk_bind cs = vk_rope_table(b, n, kv->d.head_dim / 2, pos0, inv_freq);
+    store(b, kv, layer, q, k, v, n_head, cs, mode == KVQ_ROPE_PAIRS, pos0, n);
 }
 
 /* ---- which attention pipeline, and how many workgroups ---- */

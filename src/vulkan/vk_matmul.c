@@ -29,13 +29,19 @@ static uint32_t target_groups(const kvq_bctx *b) { return b->target_groups ? b->
 /* Code chunks each split at least takes on a GPU: the partial sums (8 bytes per row
  * and split, written and read) stay within a quarter of the code bytes (16 per chunk). */
 #define MIN_CHUNKS_PER_SPLIT 2
+/* At most this many splits: the last workgroup's reduce loads each row's partials 8 at a time
+ * (shaders/mm_sum.glsl), so 32 splits are 4 dependent L2 round trips per row instead of up to
+ * 86 (a 7B down projection at 256 target groups); past that, more workgroups than the GPU
+ * wanted are not worth a longer serial tail. */
+#define MM_SPLIT_MAX 32
 #define PART_RING 4
 
-/* Zeroed counters (one per row block) for a split matvec's last-workgroup reduce, from a ring
+/* Zeroed counters (one per row block, and one past them for VK_MM_NORM's last workgroup
+ * of the dispatch) for a split matvec's last-workgroup reduce, from a ring
  * beside the partial sums' (scratch slot 5, zeroed whenever it is made; the last workgroup
  * of each row block clears its own). The dummy binding when it cannot be had. */
 static vk_bind counters(kvq_bctx *b, uint32_t gx) {
-    size_t need = ((size_t)gx * 4 + b->min_align - 1) & ~(size_t)(b->min_align - 1);
+    size_t need = ((size_t)(gx + 1) * 4 + b->min_align - 1) & ~(size_t)(b->min_align - 1);
     kvq_buf *c = vk_scratch(b, 5, PART_RING * need);
     if (!c) return vk_whole(b->dummy);
     if (b->cnt_zeroed != c) {
@@ -102,6 +108,7 @@ static uint32_t aqlm_splits(const kvq_bctx *b, const kvq_wt *w, uint32_t gx, uin
     uint32_t chunks = (uint32_t)w->n_chunks, nsplit = target_groups(b) / gx;
     if (target_groups(b) > 8 && nsplit > chunks / MIN_CHUNKS_PER_SPLIT) nsplit = chunks / MIN_CHUNKS_PER_SPLIT;
     if (nsplit > chunks) nsplit = chunks;
+    if (nsplit > MM_SPLIT_MAX) nsplit = MM_SPLIT_MAX;
     if (nsplit < 1) nsplit = 1;
     *cps = cdiv(chunks, nsplit);
     return cdiv(chunks, *cps);
@@ -109,9 +116,10 @@ static uint32_t aqlm_splits(const kvq_bctx *b, const kvq_wt *w, uint32_t gx, uin
 
 static uint32_t aqlm_rows_per_wg(const kvq_wt *w) { return w->nbits == 8 ? LUT_ROWS_PER_WG : GATHER_ROWS_PER_WG; }
 
-static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind x, vk_bind y, int n) {
+static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind x, vk_bind y, int n,
+                        const vk_mm_fuse *f) {
     const vk_pipe *red = NULL;
-    uint32_t per_wg = aqlm_rows_per_wg(w), flags = w->bias ? 1u : 0u;
+    uint32_t per_wg = aqlm_rows_per_wg(w), flags = (w->bias ? 1u : 0u) | (f ? f->flags : 0u);
     for (int i = 0; i < w->n_pieces; i++) {
         const vk_piece *pc_ = &w->pieces[i];
         uint32_t gx = cdiv((size_t)pc_->rows, per_wg), chunks = (uint32_t)w->n_chunks, cps;
@@ -131,23 +139,28 @@ static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind 
             b->part_off += need;
             fused = b->caps.fused_reduce && (cb = counters(b, gx)).buf != b->dummy->buf;
             if (!fused && !red) red = vk_pipe_get(b, "mm_reduce", NULL, 0);
+        } else if (flags & VK_MM_NORM) {
+            cb = counters(b, gx); /* the last workgroup of the dispatch norms */
         }
         struct {
             uint32_t rows_p, row0, rows_total, cols, n_chunks, cps, flags, n;
             float cb_l1; /* mm_lut_h's scale (mm_lut.glsl) */
+            float eps;   /* VK_MM_NORM's */
         } pc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)w->cols,
-                chunks, cps, flags | (part ? 2u : 0u) | (fused ? 4u : 0u), (uint32_t)n, w->cb_l1};
-        vk_bind bind[8] = {vk_whole(pc_->buf), vk_whole(w->codebooks), x, part ? pb : y, vk_whole(w->scales),
-                           opt(b, w->bias), fused ? y : vk_whole(b->dummy), cb};
+                chunks, cps, flags | (part ? 2u : 0u) | (fused ? 4u : 0u), (uint32_t)n, w->cb_l1, f ? f->eps : 0.0f};
+        vk_bind d = vk_whole(b->dummy);
+        vk_bind bind[11] = {vk_whole(pc_->buf), vk_whole(w->codebooks), x, part ? pb : y, vk_whole(w->scales),
+                            opt(b, w->bias), fused ? y : d, cb, f && (f->flags & VK_MM_GLU) ? f->up : d,
+                            f && (f->flags & VK_MM_NORM) ? f->gain : d, f && (f->flags & VK_MM_NORM) ? f->h : d};
         /* beside the reduces held back from the matvecs before it (q, k, v share their input) */
-        vk_dispatch_beside(b, p, bind, 8, &pc, sizeof pc, gx, nsplit, 1);
+        vk_dispatch_beside(b, p, bind, 11, &pc, sizeof pc, gx, nsplit, 1);
         if (part && !fused) {
             struct {
                 uint32_t rows_p, row0, rows_total, n, nsplit, flags;
-            } rc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)n, nsplit, flags};
+            } rc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)n, nsplit, flags & 1u};
             vk_bind rb[6] = {pb, vk_whole(b->dummy), vk_whole(b->dummy),
                              y, vk_whole(w->scales), opt(b, w->bias)};
-            vk_dispatch_later(b, red, rb, 6, &rc, sizeof rc, cdiv((size_t)pc_->rows, 256), (uint32_t)n, 1);
+            vk_dispatch_later(b, red, rb, 6, &rc, sizeof rc, cdiv((size_t)pc_->rows, 512), (uint32_t)n, 1);
         }
     }
 }
@@ -184,9 +197,18 @@ void kvq_vk_matmul_at(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n)
     if (k.kind == PK_TILE)
         matmul_tiled(b, w, p, x, y, n);
     else if (k.kind == PK_AQLM_VEC)
-        matvec_aqlm(b, w, p, x, y, n);
+        matvec_aqlm(b, w, p, x, y, n, NULL);
     else
         matvec_dense(b, w, p, x, y, n);
+}
+
+int kvq_vk_matmul_fusable(const kvq_bctx *b, const kvq_wt *w, int n) {
+    return n >= 1 && n <= VEC_MAX_N && w->fmt == KVQ_W_AQLM && w->n_pieces == 1 && b->caps.fused_reduce;
+}
+
+void kvq_vk_matmul_fused(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n, const vk_mm_fuse *f) {
+    vk_pkey k = matmul_key(w, n);
+    matvec_aqlm(b, w, pipe_of(b, &k), x, y, n, f);
 }
 
 void kvq_vk_matmul(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {

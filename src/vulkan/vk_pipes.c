@@ -26,7 +26,7 @@ enum { DEC_NON_WRITABLE = 24, DEC_BINDING = 33 };
  * buffer block is read-only when the variable or every member of its block is NonWritable.
  * Anything that cannot be parsed counts as written (a barrier too many, never one too few). */
 static void reflect(vk_pipe *p, const uint32_t *w, size_t n_words) {
-    p->reads = 0, p->writes = (uint8_t)((1u << VK_MAX_BINDINGS) - 1);
+    p->reads = 0, p->writes = (uint16_t)((1u << VK_MAX_BINDINGS) - 1);
     if (n_words < 5 || w[0] != 0x07230203u || w[3] == 0 || w[3] > (1u << 20)) return;
     uint32_t bound = w[3];
     int32_t *binding = malloc(sizeof(int32_t) * bound);
@@ -53,17 +53,17 @@ static void reflect(vk_pipe *p, const uint32_t *w, size_t n_words) {
         }
         i += wc;
     }
-    uint8_t rd = 0, wr = 0;
+    uint16_t rd = 0, wr = 0;
     for (uint32_t v = 0; v < bound; v++) {
         if (binding[v] < 0) continue;
         if (binding[v] >= VK_MAX_BINDINGS) goto out;
         uint32_t pt = var_type[v], st = pt < bound ? pointee[pt] : 0;
         int ro = nonwr_var[v] || (st && st < bound && members[st] && nonwr_members[st] == members[st]);
-        uint8_t bit = (uint8_t)(1u << binding[v]);
+        uint16_t bit = (uint16_t)(1u << binding[v]);
         if (ro) rd |= bit;
         else wr |= bit;
     }
-    p->reads = (uint8_t)(rd & ~wr), p->writes = wr;
+    p->reads = (uint16_t)(rd & ~wr), p->writes = wr;
 out:
     free(binding), free(pointee), free(var_type), free(nonwr_var), free(members), free(nonwr_members);
 }

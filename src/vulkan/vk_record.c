@@ -529,7 +529,7 @@ void vk_buf_free(kvq_bctx *b, kvq_buf *x) {
 }
 
 kvq_buf *vk_scratch(kvq_bctx *b, int slot, size_t bytes) {
-    if (slot < 0 || slot >= 8) {
+    if (slot < 0 || slot >= (int)(sizeof b->scratch / sizeof b->scratch[0])) {
         vk_error(b, KVQ_ERR_ARG, "vulkan: scratch slot %d", slot);
         return NULL;
     }

@@ -14,7 +14,7 @@
  * 1024, get_rows one id per group along y (at least 65535 groups on every device). */
 #define MAX_PIECE_ROWS (64 * 65535)
 /* Shared memory the AQLM shaders need (mm_lut: 16 KiB table + staged x). */
-#define AQLM_SHARED_BYTES (20 * 1024)
+#define AQLM_SHARED_BYTES (20 * 1024 + 512) /* + the fused norm's 64 floats (shaders/mm_fuse.glsl) */
 /* Host batch for padded dense uploads. */
 #define UPLOAD_BATCH (4u << 20)
 

@@ -36,7 +36,7 @@ const rendering = (tmpl, name) =>
 let qwen, mistral, plain, client;
 before(async () => {
   [qwen, mistral, plain] = await Promise.all([
-    startServer(["-c", "2048"], { model: demoWith("qwen2.5-7b-instruct") }),
+    startServer(["-c", "4096", "-np", "2"], { model: demoWith("qwen2.5-7b-instruct") }),
     startServer(["-c", "2048"], { model: demoWith("mistral-7b-instruct-v0.3") }),
     startServer(["-c", "512"]),
   ]);
@@ -135,6 +135,7 @@ test("400: malformed tools, unknown tool_choice, tools without template support"
   await err400(qwen, { messages: user, tools: weather, tool_choice: "sometimes" }, /tool_choice/);
   await err400(qwen, { messages: user, tool_choice: "required" }, /'tools' is empty/);
   await err400(qwen, { messages: [{ role: "user", content: "x", tool_calls: [] }] }, /only assistant/);
+  await err400(qwen, { messages: user, tools: weather, n: 2 }, /n > 1/);
   await err400(plain, { messages: user, tools: weather }, /no tool calling/);
   await err400(plain, { messages: conv("tools_call_result").messages }, /no tool calling/);
   // Mistral's template needs the 9-character call id on a tool result

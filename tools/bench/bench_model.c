@@ -21,9 +21,11 @@ static int print_plan(const char *dir, const kvq_model_params *mp);
 int kvq_bench_depth_parse(const char *s, int *depths, int max);
 int kvq_bench_depth(kvq_model *m, const int *depths, int nd, long pp, long tg, long reps, int tk, int tv, int types_given);
 #define DEPTHS_MAX 32
+/* bench_batch.c: --batch-sweep */
+int kvq_bench_batch_sweep(kvq_model *m, long pp, long reps, int tk, int tv);
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8] [--aqlm-i8] [--exact] [--plan] [--profile]\n"
+    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8] [--aqlm-i8] [--exact] [--plan] [--profile] [--batch-sweep]\n"
                "       kvq-bench model --synthetic NAME --scheme 2x8|1x16 [--synthetic-dir D]\n"
                "  -m      model directory (default: the demo model)\n"
                "  --synthetic  a real-shape AQLM checkpoint with random codes, written once under D: llama2-7b,\n"
@@ -45,7 +47,9 @@ static int usage(FILE *f) {
                "  With a GPU the last line adds dispatches=, barriers= and submits= per decoded token.\n"
                "  --depth N,N,...  prompt (-p) and decode (-n) speed after a cache of N positions, one line per depth\n"
                "          and cache type (f16, q8, q4 unless -ctk/-ctv given), like llama-bench -d: the cache is filled\n"
-               "          to N with random rows instead of a prefill (speed does not depend on its contents)\n");
+               "          to N with random rows instead of a prefill (speed does not depend on its contents)\n"
+               "  --batch-sweep  time one step of N = 1, 2, 4, 8, 16 tokens after a -p prompt (default 128), best of\n"
+               "          --reps (default 3): batch n= step_ms= per_token_ms= ratio_to_1= (no side runs)\n");
     return 0;
 }
 
@@ -141,7 +145,7 @@ int kvq_bench_model(int argc, char **argv) {
     const char *dir = NULL, *synth = NULL, *scheme = "2x8", *synth_root = NULL, *backend = NULL, *device = NULL;
     int ngl = -1;
     long pp = -1, tg = -1, threads = 0, reps = -1;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0, plan = 0, profile = 0, i8 = 0, exact = 0, types_given = 0;
+    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0, plan = 0, profile = 0, i8 = 0, exact = 0, types_given = 0, sweep = 0;
     int depths[DEPTHS_MAX], n_depths = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -169,6 +173,10 @@ int kvq_bench_model(int argc, char **argv) {
         }
         if (!strcmp(a, "--exact")) {
             exact = 1;
+            continue;
+        }
+        if (!strcmp(a, "--batch-sweep")) {
+            sweep = 1;
             continue;
         }
         if (!v) return kvq_tool_die(P, "unknown option or missing value: %s (see --help)", a);
@@ -201,9 +209,9 @@ int kvq_bench_model(int argc, char **argv) {
             return 1;
         dir = synth_dir;
     }
-    if (pp < 0) pp = synth ? 512 : 256;
+    if (pp < 0) pp = sweep ? 128 : synth ? 512 : 256;
     if (tg < 0) tg = synth ? 32 : 128;
-    if (reps < 0) reps = synth ? 1 : 3;
+    if (reps < 0) reps = synth && !sweep ? 1 : 3;
     if (!dir && !(dir = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model was not found");
     if (!synth) ckpt_bytes = checkpoint_bytes(dir);
     kvq_model_params mp = kvq_model_default_params();
@@ -219,7 +227,7 @@ int kvq_bench_model(int argc, char **argv) {
     mp.plan_type_k = tk, mp.plan_type_v = tv;
     if (plan) return print_plan(dir, &mp);
     /* the side runs below compare CPU kernels: not on a GPU backend */
-    int on_cpu = !(backend && strcmp(backend, "cpu") && strcmp(backend, "auto"));
+    int on_cpu = !sweep && !(backend && strcmp(backend, "cpu") && strcmp(backend, "auto"));
     /* 1x16 synthetic: decode with aqlm_i8 too, for tg_i8_tps / tg_i8_speedup */
     double tg_i8 = -1, pp_side = 0, pp_exact = -1;
     if (synth && on_cpu && !strncmp(scheme, "1x16", 4)) {
@@ -240,6 +248,11 @@ int kvq_bench_model(int argc, char **argv) {
     if (kvq_model_load(dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
     t_load = kvq_tool_now() - t_load, cpu_load = cpu_seconds() - cpu_load;
     kvq_tool_report_backend(P, m);
+    if (sweep) {
+        int rc = kvq_bench_batch_sweep(m, pp, reps, tk, tv);
+        kvq_model_free(m);
+        return rc;
+    }
     if (n_depths) {
         int rc = kvq_bench_depth(m, depths, n_depths, pp, tg, reps, tk, tv, types_given);
         kvq_model_free(m);

@@ -14,6 +14,8 @@ extern const char *CHAT_PROG;
 
 typedef struct {
     const char *model, *prompt, *prompt_file, *logits_out, *backend, *device, *chat_template, *system, *prompt_cache;
+    const char *json_schema; /* --json-schema FILE */
+    int json;                /* --json: any JSON object */
     long n_predict; /* -1: until end of turn or context; -2: not given */
     long n_ctx, n_batch, threads, keep, seed;
     kvq_sampler_params sp;

@@ -55,6 +55,8 @@ static void usage(FILE *f) {
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
             "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (faster, ~1%% matmul change)\n"
             "  --exact               CPU: prompts through the exact AQLM paths too (default: int8 tiles, README)\n"
+            "  --json                with -p/-f: the continuation is one JSON object (constrained sampling)\n"
+            "  --json-schema FILE    with -p/-f: the continuation is one JSON value valid under FILE's schema\n"
             "  --ids                 with -p: print generated token ids instead of text\n"
             "  --verbose-prompt      print the prompt's token ids on stderr\n"
             "  --logits-out FILE     with -p: write float32 logits of the last prompt position\n"
@@ -96,6 +98,8 @@ static int parse(int argc, char **argv, chat_opts *o) {
         else if (IS("--chat-template", "--chat-template")) { NEED_ARG(); o->chat_template = v; }
         else if (IS("--system", "-sys")) { NEED_ARG(); o->system = v; }
         else if (IS("--ids", "--ids")) o->print_ids = 1;
+        else if (IS("--json", "--json")) o->json = 1;
+        else if (IS("--json-schema", "--json-schema")) { NEED_ARG(); o->json_schema = v; }
         else if (IS("--chat", "--chat")) o->chat = 1;
         else if (IS("--ignore-eos", "--ignore-eos")) o->ignore_eos = 1;
         else if (IS("--no-display-prompt", "--no-display-prompt")) o->no_display_prompt = 1;
@@ -117,6 +121,8 @@ static int parse(int argc, char **argv, chat_opts *o) {
 #undef IS
     }
     if (o->prompt && o->prompt_file) return kvq_tool_die(P, "give -p or -f, not both") + 1;
+    if ((o->json || o->json_schema) && !o->prompt && !o->prompt_file)
+        return kvq_tool_die(P, "--json and --json-schema need -p or -f") + 1;
     /* before the model loads: a typo costs nothing */
     if (o->chat_template && kvq_tool_check_template_name(P, o->chat_template)) return 1;
     return 0;
@@ -195,6 +201,20 @@ static int prompt_cache_load(kvq_context *c, const chat_opts *o, const int32_t *
     return p;
 }
 
+/* --json / --json-schema FILE: the constraint the continuation is sampled under. */
+static int json_constraint_open(const chat_opts *o, const kvq_tokenizer *tok, kvq_json_constraint **out) {
+    char *schema = NULL, err[256];
+    if (o->json_schema && !(schema = read_file(o->json_schema))) return kvq_tool_die(P, "%s: cannot read", o->json_schema);
+    if (schema && !schema[strspn(schema, " \t\r\n")]) { /* the library reads an empty schema as --json */
+        free(schema);
+        return kvq_tool_die(P, "%s: empty schema", o->json_schema);
+    }
+    *out = kvq_json_constraint_new(tok, schema, 1, err, sizeof err);
+    free(schema);
+    if (!*out) return kvq_tool_die(P, "%s: %s", o->json_schema ? o->json_schema : "--json", err);
+    return 0;
+}
+
 static int one_shot(kvq_context *c, const kvq_model *m, kvq_sampler *s, const chat_opts *o, int n_ctx) {
     const kvq_tokenizer *tok = kvq_model_tokenizer(m);
     char *file_text = NULL;
@@ -241,10 +261,16 @@ static int one_shot(kvq_context *c, const kvq_model *m, kvq_sampler *s, const ch
         fputc('\n', stdout);
     }
     for (int i = 0; i < n; i++) kvq_sampler_accept(s, ids[i]);
+    kvq_json_constraint *jc = NULL;
+    if (!rc && (o->json || o->json_schema)) rc = json_constraint_open(o, tok, &jc);
     long n_gen = 0, limit = o->n_predict == -2 ? 128 : o->n_predict;
     while (!rc && !chat_interrupted && (limit < 0 || n_gen < limit)) {
-        int32_t id = kvq_sample(s, kvq_logits(c), kvq_model_n_vocab(m));
-        if (!o->ignore_eos && kvq_token_is_eog(tok, id)) break;
+        /* under a schema the value decides the end: stop once nothing else may follow */
+        if (jc && kvq_json_constraint_complete(jc) == 2) break;
+        int32_t id = jc ? kvq_json_constraint_sample(jc, s, kvq_logits(c), kvq_model_n_vocab(m))
+                        : kvq_sample(s, kvq_logits(c), kvq_model_n_vocab(m));
+        if (kvq_token_is_eog(tok, id) && (jc || !o->ignore_eos)) break;
+        if (jc) kvq_json_constraint_accept(jc, id);
         if (o->print_ids) printf(n_gen ? " %d" : "%d", id);
         else if (dt && kvq_detok_push(dt, id, piece, sizeof piece) > 0) fputs(piece, stdout);
         fflush(stdout);
@@ -257,6 +283,7 @@ static int one_shot(kvq_context *c, const kvq_model *m, kvq_sampler *s, const ch
     if (!rc && (o->print_ids || n_gen || display)) putchar('\n');
     fflush(stdout);
     kvq_detok_free(dt);
+    kvq_json_constraint_free(jc);
     free(ids);
     free(file_text);
     if (rc) return rc;

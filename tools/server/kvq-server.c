@@ -44,9 +44,10 @@ static void usage(FILE *f) {
             "  --alias NAME          model id in /v1/models and in answers (default: the directory's name)\n"
             "  --api-key KEY         require 'Authorization: Bearer KEY' (all routes but / and /health)\n"
             "  --slot-save-path DIR  where POST /slots/{id}?action=save|restore keep slots' KV caches\n"
+            "  --prefix-cache MIB    keep evicted slots' caches in DIR (up to MIB) for new requests sharing their prefix\n"
             "  -h, --help            this help\n"
             "  --version             print the version\n"
-            "Routes: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
+            "Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize;\n"
             "        POST /slots/{id}?action=save|restore|erase (save/restore: body {\"filename\": NAME});\n"
             "        GET /v1/models, /health, /metrics, / (chat page). SIGINT/SIGTERM: exit 0.\n");
 }
@@ -82,6 +83,7 @@ static int parse(int argc, char **argv, srv_opts *o) {
         else if (IS("--port", "--port")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 65535, &o->port)) goto bad; }
         else if (IS("-np", "--parallel")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 256, &o->n_slots)) goto bad; }
         else if (IS("--slot-save-path", "--slot-save-path")) { NEED_ARG(); o->slot_save_path = v; }
+        else if (IS("--prefix-cache", "--prefix-cache")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 24, &o->prefix_mib)) goto bad; }
         else if (IS("--queue", "--queue")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 20, &o->queue)) goto bad; }
         else if (IS("--chunk", "--chunk")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->chunk)) goto bad; }
         else return kvq_tool_die(P, "unknown option '%s' (see --help)", a) + 1;
@@ -95,6 +97,7 @@ static int parse(int argc, char **argv, srv_opts *o) {
     struct stat st;
     if (o->slot_save_path && (stat(o->slot_save_path, &st) != 0 || !S_ISDIR(st.st_mode)))
         return kvq_tool_die(P, "%s: --slot-save-path is not a directory", o->slot_save_path) + 1;
+    if (o->prefix_mib && !o->slot_save_path) return kvq_tool_die(P, "--prefix-cache needs --slot-save-path DIR (where its files go)") + 1;
     return 0;
 }
 

@@ -60,6 +60,9 @@ typedef struct {
     char *tools_json;  /* chat: the tools array as JSON text (NULL: none, or tool_choice "none") */
     int tool_choice;   /* SRV_TOOLS_* */
     char *tool_name;   /* tool_choice naming a function: its name */
+    long n;            /* choices (1..SRV_MAX_CHOICES; at most the server's slots) */
+    int json_mode, json_strict; /* response_format (SRV_JSON_*); strict: json_schema.strict */
+    char *json_schema;          /* json_schema's schema as text; NULL: any object */
 } srv_params;
 
 /* server_tools_request.c: tools, tool_choice, tool_calls and tool_call_id. */
@@ -76,10 +79,21 @@ int srv_tools_reply(const kvq_chat_template *t, const char *text, struct cJSON *
  * after the generation prompt so the reply goes on as a call (malloc'd; NULL: none). */
 char *srv_tools_prefill(const kvq_chat_template *t, const srv_params *p);
 
+enum { SRV_JSON_NONE, SRV_JSON_OBJECT, SRV_JSON_SCHEMA };
+
+#define SRV_MAX_CHOICES 16
+#define SRV_N_ROUTES_MAX 16 /* room in the per-route counters */
+
 /* Parses and checks a completion request body (chat: 1 for chat completions).
  * Returns 0, or -1 with e filled (4xx); p is then empty. */
 int srv_parse_completion(const char *body, size_t len, int chat, srv_params *p, srv_error *e);
 void srv_params_free(srv_params *p);
+
+/* server_json.c: "response_format" into p (the schema checked: 400 when outside the subset),
+ * and the request's constraint on the model's vocabulary (NULL with e filled). */
+struct cJSON;
+int srv_parse_response_format(const struct cJSON *j, srv_params *p, srv_error *e);
+kvq_json_constraint *srv_json_constraint(const kvq_tokenizer *tok, const srv_params *p, srv_error *e);
 
 /* POST /tokenize {"content": str, "add_special": bool}; /detokenize {"tokens": [int]}. */
 int srv_parse_tokenize(const char *body, size_t len, char **content, int *add_special, srv_error *e);
@@ -130,6 +144,7 @@ typedef struct srv_req {
     int n_stop;
     int logprobs, n_top, echo; /* echo with logprobs: the prompt's tokens are scored too */
     int *prompt_off;           /* echo with logprobs: byte offset of each prompt token's text */
+    kvq_json_constraint *json; /* response_format: the reply is a JSON value (NULL: free text) */
     int n_scored;              /* scheduler only: prompt tokens whose log-probability is known */
 
     /* out: text produced so far, consumed by the HTTP side from `sent` */
@@ -139,15 +154,22 @@ typedef struct srv_req {
     srv_lp *lp; /* logprobs: the echoed prompt's tokens, then the generated ones */
     int n_lp, cap_lp, lp_sent;
     int n_gen, n_cached; /* tokens generated; prompt tokens reused from a slot's cache */
+    int n_disk;          /* of n_cached, restored from the disk prefix cache */
+    /* n > 1: choice `index` of a request; the others point at choice 0 (lead) and, while
+     * wait_lead, hold a slot that takes a copy of the lead's cache once its prompt is read */
+    struct srv_req *lead;
+    int index, group, wait_lead;
     int done, finish, cancelled, refs, queued, slot;
     srv_error err; /* err.status != 0: failed before producing anything */
     double t_submit, t_first, t_done, t_prompt_done;
 } srv_req;
 
 typedef struct srv_metrics {
-    unsigned long requests[9], errors_4xx, errors_5xx, rejected_busy, queued_total, disconnects;
+    unsigned long requests[SRV_N_ROUTES_MAX], errors_4xx, errors_5xx, rejected_busy, queued_total, disconnects;
     unsigned long prompt_tokens, prompt_tokens_cached, gen_tokens, steps;
     double prompt_seconds, gen_seconds, gen_tps_ema;
+    /* --prefix-cache: restores, the prompt tokens they gave, files written; files and bytes held */
+    unsigned long prefix_hits, prefix_tokens, prefix_saves, prefix_files, prefix_bytes;
 } srv_metrics;
 
 typedef struct srv_server srv_server;
@@ -158,6 +180,7 @@ typedef struct {
     int ngl; /* -ngl: layers on the GPU backend, -1 all */
     int type_k, type_v, kv_rotate, aqlm_cb8, aqlm_lut8, aqlm_i8, exact;
     const char *slot_save_path; /* --slot-save-path: the directory slot save/restore files live in */
+    long prefix_mib; /* --prefix-cache MIB: slots' caches kept in slot_save_path for new requests; 0 off */
 } srv_opts;
 
 /* Loads nothing: takes the model, makes one context per slot and starts the scheduler thread. */
@@ -169,6 +192,9 @@ void srv_sched_free(srv_server *s);
 /* Takes ownership of prompt. Returns the request (refs 2: the caller releases
  * it with srv_req_release) or NULL with e filled (503 when the queue is full). */
 srv_req *srv_submit(srv_server *s, const srv_params *p, int32_t *prompt, int n_prompt, int plain_chat, srv_error *e);
+/* p->n choices into out[0..p->n) (each released by the caller), queued together and admitted
+ * together when p->n slots are free; choice i draws with seed + i. 0, or -1 with e filled. */
+int srv_submit_n(srv_server *s, const srv_params *p, int32_t *prompt, int n_prompt, int plain_chat, srv_req **out, srv_error *e);
 /* Waits until the request has text past r->sent or logprobs past r->lp_sent, is done, or
  * `ms` passed. Copies the new text into *chunk (malloc'd, NUL-terminated) and the new logprob
  * entries into *lp (malloc'd; NULL lp: left for later) and advances the cursors.
@@ -201,9 +227,26 @@ typedef struct {
 void srv_snapshot_get(srv_server *s, srv_snapshot *out);
 void srv_count_request(srv_server *s, int route, int status);
 
+/* ---- server_choices.c: the answer of n > 1 choices ------------------------- */
+typedef struct srv_choices srv_choices;
+/* Takes the n requests (released at srv_choices_free) and echo (completions: the prompt's text
+ * the choices start with, or NULL); NULL when out of memory (the requests are then cancelled). */
+srv_choices *srv_choices_new(srv_server *s, const kvq_tokenizer *tok, const char *model, srv_req **r, int n, char *echo,
+                             int include_usage);
+/* Not streamed: waits for every choice; the answer, or NULL with e filled (e->status 0: gone(arg)
+ * said the client left). */
+struct cJSON *srv_choices_wait(srv_choices *c, int (*gone)(void *), void *arg, srv_error *e);
+/* Streamed: up to max bytes of the next events; 0 at the end, -1 when the client left. */
+long srv_choices_stream(srv_choices *c, char *buf, size_t max, int (*gone)(void *), void *arg);
+void srv_choices_free(srv_choices *c);
+
+/* ---- server_embeddings.c: POST /v1/embeddings ------------------------------ */
+/* The answer, or NULL with e filled. Runs on the scheduler thread between steps. */
+struct cJSON *srv_embeddings(srv_server *s, const char *model_name, const char *body, size_t len, srv_error *e);
+
 /* ---- server_metrics.c ------------------------------------------------------ */
 enum { SRV_ROUTE_CHAT, SRV_ROUTE_COMPLETION, SRV_ROUTE_MODELS, SRV_ROUTE_HEALTH, SRV_ROUTE_TOKENIZE,
-       SRV_ROUTE_DETOKENIZE, SRV_ROUTE_METRICS, SRV_ROUTE_UI, SRV_ROUTE_SLOTS };
+       SRV_ROUTE_DETOKENIZE, SRV_ROUTE_METRICS, SRV_ROUTE_UI, SRV_ROUTE_SLOTS, SRV_ROUTE_EMBEDDINGS, SRV_N_ROUTES };
 /* Prometheus text exposition of a snapshot; malloc'd. */
 char *srv_metrics_text(const srv_snapshot *sn);
 

@@ -99,7 +99,7 @@ static mhd_result send_error(srv_http *h, struct MHD_Connection *c, int route, c
     const char *hn = NULL, *hv = NULL;
     if (e->status == 503) hn = "Retry-After", hv = "1";
     if (e->status == 401) hn = "WWW-Authenticate", hv = "Bearer";
-    if (e->status == 405) hn = "Allow", hv = route == SRV_ROUTE_CHAT || route == SRV_ROUTE_COMPLETION || route == SRV_ROUTE_TOKENIZE ||
+    if (e->status == 405) hn = "Allow", hv = route == SRV_ROUTE_CHAT || route == SRV_ROUTE_COMPLETION || route == SRV_ROUTE_TOKENIZE || route == SRV_ROUTE_EMBEDDINGS ||
                                                    route == SRV_ROUTE_DETOKENIZE ? "POST, OPTIONS" : "GET, OPTIONS";
     return send_buf(h, c, route, e->status, "application/json", t, strlen(t), hn, hv);
 }
@@ -134,6 +134,7 @@ static cJSON *timings_json(const srv_req *r) {
     cJSON *t = cJSON_CreateObject();
     double pd = r->t_prompt_done > 0 ? r->t_prompt_done : r->t_done, gen_s = r->t_done - pd;
     cJSON_AddNumberToObject(t, "cache_n", r->n_cached);
+    cJSON_AddNumberToObject(t, "cache_disk_n", r->n_disk); /* of cache_n, from the disk prefix cache */
     cJSON_AddNumberToObject(t, "prompt_n", r->n_prompt - r->n_cached);
     cJSON_AddNumberToObject(t, "prompt_ms", 1e3 * (pd - r->t_submit));
     cJSON_AddNumberToObject(t, "predicted_n", r->n_gen);
@@ -350,6 +351,61 @@ static int32_t *prompt_ids(srv_http *h, const srv_params *p, int *n, srv_error *
     return ids;
 }
 
+static int gone_cb(void *c) { return client_gone(c); }
+
+static ssize_t choices_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    srv_choices *ch = *(srv_choices **)cls;
+    (void)pos;
+    long k = srv_choices_stream(ch, buf, max, gone_cb, ((void **)cls)[1]);
+    return k > 0 ? (ssize_t)k : k == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void choices_free(void *cls) {
+    srv_choices_free(*(srv_choices **)cls);
+    free(cls);
+}
+
+/* n > 1 (server_choices.c): takes p, ids and echo. n above the slots is refused rather than
+ * left waiting for slots that never come free together. */
+static mhd_result choices(srv_http *h, struct MHD_Connection *c, int route, srv_params *p, int32_t *ids, int n, char *echo) {
+    srv_error e = {0};
+    srv_req *r[SRV_MAX_CHOICES];
+    int stream_it = p->stream, usage = p->include_usage, k = (int)p->n;
+    if (k > srv_n_slots(h->s)) {
+        srv_fail(&e, 400, "invalid_value", "'n' is %d; this server runs %d slots (-np), one per choice", k, srv_n_slots(h->s));
+        free(ids);
+    } else {
+        srv_submit_n(h->s, p, ids, n, route == SRV_ROUTE_CHAT && h->plain, r, &e);
+    }
+    srv_params_free(p);
+    if (e.status) {
+        free(echo);
+        return send_error(h, c, route, &e);
+    }
+    srv_choices *ch = srv_choices_new(h->s, h->tok, h->model_name, r, k, echo, usage);
+    if (!ch) return MHD_NO;
+    if (!stream_it) {
+        cJSON *j = srv_choices_wait(ch, gone_cb, c, &e);
+        srv_choices_free(ch);
+        return j ? send_json(h, c, route, 200, j) : e.status ? send_error(h, c, route, &e) : MHD_NO;
+    }
+    void **cls = malloc(2 * sizeof *cls);
+    struct MHD_Response *resp = cls ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, choices_read, cls, choices_free) : NULL;
+    if (!resp) {
+        free(cls);
+        srv_choices_free(ch);
+        return MHD_NO;
+    }
+    cls[0] = ch, cls[1] = c;
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    cors(resp);
+    mhd_result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    srv_count_request(h->s, route, 200);
+    return ret;
+}
+
 static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, const body *b) {
     srv_error e = {0};
     srv_params p;
@@ -384,6 +440,7 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
         srv_fail(&e, 500, NULL, "out of memory");
         return send_error(h, c, route, &e);
     }
+    if (p.n > 1) return choices(h, c, route, &p, ids, n, echo);
     srv_req *r = srv_submit(h->s, &p, ids, n, route == SRV_ROUTE_CHAT && h->plain, &e);
     int stream_it = p.stream, usage = p.include_usage, tools = p.tools_json != NULL;
     char *prefill = srv_tools_prefill(h->tmpl, &p); /* the reply goes on from it */
@@ -638,6 +695,7 @@ static const struct {
 } ROUTES[] = {
     {"/v1/chat/completions", SRV_ROUTE_CHAT, 1}, {"/chat/completions", SRV_ROUTE_CHAT, 1},
     {"/v1/completions", SRV_ROUTE_COMPLETION, 1}, {"/completions", SRV_ROUTE_COMPLETION, 1},
+    {"/v1/embeddings", SRV_ROUTE_EMBEDDINGS, 1}, {"/embeddings", SRV_ROUTE_EMBEDDINGS, 1},
     {"/tokenize", SRV_ROUTE_TOKENIZE, 1}, {"/detokenize", SRV_ROUTE_DETOKENIZE, 1},
     {"/v1/models", SRV_ROUTE_MODELS, 0}, {"/models", SRV_ROUTE_MODELS, 0},
     {"/health", SRV_ROUTE_HEALTH, 0}, {"/v1/health", SRV_ROUTE_HEALTH, 0},
@@ -727,6 +785,10 @@ static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url, 
     case SRV_ROUTE_HEALTH: return health(h, c);
     case SRV_ROUTE_METRICS: return metrics(h, c);
     case SRV_ROUTE_SLOTS: return slots(h, c, url, b);
+    case SRV_ROUTE_EMBEDDINGS: {
+        cJSON *j = srv_embeddings(h->s, h->model_name, b->p, b->n, &e);
+        return j ? send_json(h, c, route, 200, j) : send_error(h, c, route, &e);
+    }
     default: return ui(h, c);
     }
 }

@@ -45,12 +45,12 @@ static void metric(tbuf *b, const char *name, const char *type, const char *help
 }
 
 char *srv_metrics_text(const srv_snapshot *sn) {
-    static const char *const routes[9] = {"chat_completions", "completions", "models", "health",
-                                          "tokenize", "detokenize", "metrics", "ui", "slots"};
+    static const char *const routes[SRV_N_ROUTES] = {"chat_completions", "completions", "models", "health", "tokenize",
+                                                     "detokenize", "metrics", "ui", "slots", "embeddings"};
     tbuf b = {0};
     const srv_metrics *m = &sn->m;
     put(&b, "# HELP kvq_requests_total HTTP requests answered, by route.\n# TYPE kvq_requests_total counter\n");
-    for (int i = 0; i < 9; i++) put(&b, "kvq_requests_total{route=\"%s\"} %lu\n", routes[i], m->requests[i]);
+    for (int i = 0; i < SRV_N_ROUTES; i++) put(&b, "kvq_requests_total{route=\"%s\"} %lu\n", routes[i], m->requests[i]);
     put(&b, "# HELP kvq_request_errors_total Requests answered with an error status.\n"
             "# TYPE kvq_request_errors_total counter\n"
             "kvq_request_errors_total{class=\"4xx\"} %lu\nkvq_request_errors_total{class=\"5xx\"} %lu\n",
@@ -66,6 +66,11 @@ char *srv_metrics_text(const srv_snapshot *sn) {
     metric(&b, "generation_seconds_total", "counter", "Seconds of steps that decoded tokens.", m->gen_seconds);
     metric(&b, "generation_tokens_per_second", "gauge", "Aggregate decode tok/s over the recent steps.", m->gen_tps_ema);
     metric(&b, "steps_total", "counter", "Scheduler steps (one batched evaluation each).", (double)m->steps);
+    metric(&b, "prefix_cache_hits_total", "counter", "Requests that started from a disk prefix cache file.", (double)m->prefix_hits);
+    metric(&b, "prefix_cache_tokens_total", "counter", "Prompt tokens restored from the disk prefix cache.", (double)m->prefix_tokens);
+    metric(&b, "prefix_cache_saves_total", "counter", "Slot caches written to the disk prefix cache.", (double)m->prefix_saves);
+    metric(&b, "prefix_cache_files", "gauge", "Files in the disk prefix cache.", (double)m->prefix_files);
+    metric(&b, "prefix_cache_bytes", "gauge", "Bytes of the disk prefix cache's files.", (double)m->prefix_bytes);
     metric(&b, "slots_total", "gauge", "Slots (-np).", sn->slots);
     metric(&b, "slots_busy", "gauge", "Slots running a request.", sn->busy);
     metric(&b, "queue_length", "gauge", "Requests waiting for a slot.", sn->queued);

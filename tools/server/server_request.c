@@ -39,6 +39,7 @@ void srv_params_free(srv_params *p) {
     free(p->prompt);
     free(p->prompt_ids);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    free(p->json_schema);
     memset(p, 0, sizeof *p);
 }
 
@@ -235,7 +236,8 @@ static int parse_sampling(const cJSON *j, srv_params *p, srv_error *e) {
     long n = 1, mt = -1, mct = -1;
     int r;
     if (get_int(j, "n", -1e18, 1e18, &n, e) < 0) return -1;
-    if (n != 1) return srv_fail(e, 400, "unsupported_value", "'n' is %ld; only n = 1 is supported", n);
+    if (n < 1 || n > SRV_MAX_CHOICES) return srv_fail(e, 400, "invalid_value", "'n' is %ld; it must be 1..%d", n, SRV_MAX_CHOICES);
+    p->n = n;
     if ((r = get_int(j, "max_tokens", -1e18, 1e18, &mt, e)) < 0) return -1;
     if (r && mt < 0) return srv_fail(e, 400, "invalid_value", "'max_tokens' is %ld; it must be at least 1", mt);
     if ((r = get_int(j, "max_completion_tokens", -1e18, 1e18, &mct, e)) < 0) return -1;
@@ -274,6 +276,7 @@ int srv_parse_completion(const char *body, size_t len, int chat, srv_params *p, 
     if (!j) return -1;
     int r = chat ? parse_messages(j, p, e) : parse_prompt(j, p, e);
     if (!r) r = parse_sampling(j, p, e);
+    if (!r) r = srv_parse_response_format(j, p, e);
     cJSON_Delete(j);
     if (r) srv_params_free(p);
     return r;

@@ -40,6 +40,7 @@ static void req_free(srv_req *r) {
     free(r->text);
     free(r->lp);
     free(r->prompt_off);
+    kvq_json_constraint_free(r->json);
     pthread_cond_destroy(&r->cv);
     free(r);
 }
@@ -113,6 +114,7 @@ static void finish_slot(srv_server *s, slot *sl, int finish) {
     sl->n_lp = 0;
     sl->last_use = r->t_done;
     sl->r = NULL;
+    if (r->group > 1) srv_orphan_choices(s, r);
     pthread_cond_broadcast(&r->cv);
     req_unref(r);
 }
@@ -123,18 +125,23 @@ static uint64_t random_seed(void) {
     return v;
 }
 
-srv_req *srv_submit(srv_server *s, const srv_params *p, int32_t *prompt, int n_prompt, int plain_chat, srv_error *e) {
+/* A request for choice `index` of p (seed + index when p has a seed); takes prompt. */
+/* NULL with e filled when the response_format constraint cannot be made (e->status set), else
+ * NULL when out of memory. */
+static srv_req *req_new(srv_server *s, const srv_params *p, int32_t *prompt, int n_prompt, int plain_chat, int index,
+                       srv_error *e) {
+    int n_ctx = s->n_ctx;
     srv_req *r = calloc(1, sizeof *r);
     if (!r) {
         free(prompt);
-        return srv_fail(e, 500, NULL, "out of memory"), NULL;
+        return NULL;
     }
     pthread_cond_init(&r->cv, NULL);
     r->chat = p->chat;
     r->plain_chat = plain_chat;
     r->prompt = prompt;
     r->n_prompt = n_prompt;
-    long room = s->n_ctx - n_prompt;
+    long room = n_ctx - n_prompt;
     r->max_tokens = p->max_tokens >= 0 && p->max_tokens < room ? p->max_tokens : room; /* 0: echo only */
     r->logprobs = p->logprobs;
     r->n_top = (int)p->top_logprobs;
@@ -145,14 +152,38 @@ srv_req *srv_submit(srv_server *s, const srv_params *p, int32_t *prompt, int n_p
     if (p->has_top_k) r->sp.top_k = (int)p->top_k;
     if (p->has_min_p) r->sp.min_p = (float)p->min_p;
     r->sp.repeat_penalty = 1.0f;
-    r->sp.seed = p->has_seed ? p->seed : random_seed();
+    r->sp.seed = p->has_seed ? p->seed + (uint64_t)index : random_seed();
     r->presence = (float)p->presence_penalty;
     r->frequency = (float)p->frequency_penalty;
     for (int i = 0; i < p->n_stop; i++)
         if ((r->stop[r->n_stop] = strdup(p->stop[i]))) r->n_stop++;
+    if (p->json_mode && !(r->json = srv_json_constraint(s->tok, p, e))) {
+        req_free(r);
+        return NULL;
+    }
     r->refs = 2;
     r->slot = -1;
+    r->index = index;
     r->t_submit = kvq_tool_now();
+    return r;
+}
+
+int srv_submit_n(srv_server *s, const srv_params *p, int32_t *prompt, int n_prompt, int plain_chat, srv_req **out, srv_error *e) {
+    int n = p->n > 1 ? (int)p->n : 1;
+    for (int i = 0; i < n; i++) out[i] = NULL;
+    for (int i = 0; i < n; i++) {
+        int32_t *ids = prompt;
+        if (i > 0 && (ids = malloc(sizeof *ids * (size_t)n_prompt))) memcpy(ids, prompt, sizeof *ids * (size_t)n_prompt);
+        e->status = 0;
+        if (!ids || !(out[i] = req_new(s, p, ids, n_prompt, plain_chat, i, e))) {
+            for (int k = 0; k < i; k++) req_free(out[k]);
+            for (int k = 0; k < n; k++) out[k] = NULL;
+            if (ids && e->status) return -1; /* the constraint's 400 */
+            return srv_fail(e, 500, NULL, "out of memory");
+        }
+        out[i]->lead = i ? out[0] : NULL;
+    }
+    out[0]->group = n;
     pthread_mutex_lock(&s->mu);
     int busy = 0;
     for (int i = 0; i < s->n_slots; i++) busy += s->slots[i].r != NULL;
@@ -160,21 +191,30 @@ srv_req *srv_submit(srv_server *s, const srv_params *p, int32_t *prompt, int n_p
         int stopping = s->stop;
         s->met.rejected_busy++;
         pthread_mutex_unlock(&s->mu);
-        req_free(r);
-        if (stopping) srv_fail(e, 503, "shutting_down", "the server is shutting down");
-        else srv_fail(e, 503, "server_busy", "all %d slots are busy and %d requests are waiting; retry later", busy, s->queue_max);
-        return NULL;
+        for (int k = 0; k < n; k++) req_free(out[k]), out[k] = NULL;
+        if (stopping) return srv_fail(e, 503, "shutting_down", "the server is shutting down");
+        return srv_fail(e, 503, "server_busy", "all %d slots are busy and %d requests are waiting; retry later", busy, s->queue_max);
     }
-    r->id = ++s->next_id;
-    r->queued = 1;
-    if (busy + s->n_queued >= s->n_slots) s->met.queued_total++;
-    if (s->q_tail) s->q_tail->next = r;
-    else s->q_head = r;
-    s->q_tail = r;
-    s->n_queued++;
+    for (int i = 0; i < n; i++) {
+        srv_req *r = out[i];
+        r->id = i ? out[0]->id : ++s->next_id;
+        r->queued = 1;
+        if (busy + s->n_queued >= s->n_slots) s->met.queued_total++;
+        if (s->q_tail) s->q_tail->next = r;
+        else s->q_head = r;
+        s->q_tail = r;
+        s->n_queued++;
+    }
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    return r;
+    return 0;
+}
+
+srv_req *srv_submit(srv_server *s, const srv_params *p, int32_t *prompt, int n_prompt, int plain_chat, srv_error *e) {
+    srv_params one = *p;
+    one.n = 1;
+    srv_req *r;
+    return srv_submit_n(s, &one, prompt, n_prompt, plain_chat, &r, e) ? NULL : r;
 }
 
 /* Under the lock: the free slot whose cache serves r: the longest shared prefix among the slots
@@ -217,9 +257,11 @@ static void admit(srv_server *s) {
         pthread_cond_broadcast(&r->cv);
         req_unref(r);
     }
+    srv_req *lead_now = NULL; /* n > 1: the choices come in right after their lead */
     while (s->q_head) {
         srv_req *r = s->q_head;
-        int common;
+        if (r->group > 1 && srv_free_slots(s) < r->group) break; /* the choices go in together */
+        int common, follower = r->lead && r->lead == lead_now;
         slot *sl = pick_slot(s, r, &common);
         if (!sl) break;
         s->q_head = r->next;
@@ -227,6 +269,14 @@ static void admit(srv_server *s) {
         r->next = NULL;
         r->queued = 0;
         s->n_queued--;
+        if (r->group > 1) lead_now = r;
+        if (s->prefix) { /* disk I/O without the lock: the connections go on meanwhile */
+            pthread_mutex_unlock(&s->mu);
+            srv_prefix_evict(s, sl, follower ? 0 : common);
+            if (!follower) common = srv_prefix_restore(s, sl, r, common);
+            pthread_mutex_lock(&s->mu);
+        }
+        if (follower) common = 0; /* the lead's cache is copied in once its prompt is read */
         if (common >= r->n_prompt && sl->n_saved != r->n_prompt)
             common = r->n_prompt - 1; /* the last token again, for its logits */
         sl->smp = kvq_sampler_new(&r->sp);
@@ -250,8 +300,9 @@ static void admit(srv_server *s) {
         sl->content_seen = 0;
         sl->finish = SRV_FINISH_NONE;
         sl->has_pending = 0;
+        if (follower) r->wait_lead = 1, r->n_cached = r->n_prompt;
         s->met.prompt_tokens += (unsigned long)r->n_prompt;
-        s->met.prompt_tokens_cached += (unsigned long)common;
+        s->met.prompt_tokens_cached += (unsigned long)r->n_cached;
         sl->gen_bytes = 0;
         r->n_scored = 0;
         if (r->echo && r->logprobs) r->prompt_off = malloc(sizeof *r->prompt_off * (size_t)r->n_prompt);
@@ -279,7 +330,7 @@ static void take_text(slot *sl, const char *t, size_t k) {
     if (sl->finish) return;
     for (size_t i = 0; i < k; i++) {
         if (!t[i]) continue; /* a <0x00> byte token: JSON strings here are C strings */
-        if (r->plain_chat && t[i] == '\n') {
+        if (r->plain_chat && !r->json && t[i] == '\n') { /* a JSON reply may span lines */
             if (!sl->content_seen) continue;
             sl->finish = SRV_FINISH_STOP;
             break;
@@ -360,13 +411,14 @@ static void sample_next(srv_server *s, slot *sl, const float *lg) {
             if (sl->counts[sl->gen[i]] < 0) sl->counts[sl->gen[i]] = -sl->counts[sl->gen[i]];
         lg = s->logits;
     }
-    int32_t id = kvq_sample(sl->smp, lg, s->n_vocab);
+    int32_t id = r->json ? kvq_json_constraint_sample(r->json, sl->smp, lg, s->n_vocab) : kvq_sample(sl->smp, lg, s->n_vocab);
     if (!r->t_first) r->t_first = kvq_tool_now();
     if (id < 0 || kvq_token_is_eog(s->tok, id)) {
         flush_text(sl, SRV_FINISH_STOP);
         return;
     }
     kvq_sampler_accept(sl->smp, id);
+    if (r->json) kvq_json_constraint_accept(r->json, id);
     sl->gen[r->n_gen++] = id;
     sl->counts[id]++;
     srv_lp *e = r->logprobs ? new_lp(sl) : NULL;
@@ -379,6 +431,10 @@ static void sample_next(srv_server *s, slot *sl, const float *lg) {
     sl->gen_bytes += k > 0 ? k : 0;
     if (k > 0) take_text(sl, piece, (size_t)k);
     if (sl->finish) return;
+    if (r->json && kvq_json_constraint_complete(r->json) == 2) { /* the value is complete: nothing may follow */
+        flush_text(sl, SRV_FINISH_STOP);
+        return;
+    }
     if (r->n_gen >= r->max_tokens || sl->n_ids >= s->n_ctx) {
         flush_text(sl, SRV_FINISH_LENGTH);
         return;
@@ -391,7 +447,7 @@ static void sample_next(srv_server *s, slot *sl, const float *lg) {
 
 /* Echo with logprobs reads the prompt on the scoring context first; with max_tokens 0 that is all. */
 static int waits_for_score(const srv_req *r) {
-    return r->echo && r->logprobs && (r->n_scored < r->n_prompt || r->max_tokens == 0);
+    return r->wait_lead || (r->echo && r->logprobs && (r->n_scored < r->n_prompt || r->max_tokens == 0));
 }
 
 /* Scores up to SRV_SCORE_ROWS more prompt tokens of the slot's request (a chunk per step, so
@@ -513,6 +569,7 @@ static void step(srv_server *s) {
         if (st != KVQ_OK && ctx[j]) continue;
         if (!ctx[j]) {
             sl->r->t_prompt_done = kvq_tool_now();
+            srv_fork_choices(s, sl);
             sample_next(s, sl, sl->saved);
         } else if (sl->has_pending) {
             sl->ids[sl->n_ids++] = sl->pending;
@@ -525,6 +582,7 @@ static void step(srv_server *s) {
                 sl->r->t_prompt_done = kvq_tool_now();
                 memcpy(sl->saved, kvq_logits(sl->c), sizeof *sl->saved * (size_t)s->n_vocab);
                 sl->n_saved = sl->n_ids;
+                srv_fork_choices(s, sl);
                 sample_next(s, sl, sl->saved);
             }
         }
@@ -592,6 +650,7 @@ static void *sched_main(void *arg) {
             if (sl->r && sl->r->cancelled) finish_slot(s, sl, SRV_FINISH_STOP);
         }
         srv_run_slot_jobs(s);
+        srv_run_embd_jobs(s);
         admit(s);
         int busy = 0;
         for (int i = 0; i < s->n_slots; i++) busy += s->slots[i].r != NULL;
@@ -613,6 +672,7 @@ static void *sched_main(void *arg) {
     }
     /* shutting down: slot actions still queued fail, as do queued requests; running ones end here */
     srv_fail_slot_jobs(s);
+    srv_fail_embd_jobs(s);
     while (s->q_head) {
         srv_req *r = s->q_head;
         s->q_head = r->next;
@@ -667,6 +727,7 @@ int srv_sched_start(srv_server **out, const srv_opts *o, kvq_model *m) {
     }
     s->cp = cp;
     s->cp.n_ctx = s->n_ctx;
+    if (srv_prefix_open(s, o)) return 1;
     if (pthread_create(&s->th, NULL, sched_main, s)) return kvq_tool_die(SRV_PROG, "cannot start the scheduler thread");
     s->started = 1;
     return 0;
@@ -699,6 +760,8 @@ void srv_sched_free(srv_server *s) {
         kvq_detok_free(sl->dt);
     }
     kvq_context_free(s->score);
+    kvq_context_free(s->embd);
+    srv_prefix_free(s);
     free(s->slots);
     free(s->logits);
     pthread_mutex_destroy(&s->mu);
@@ -720,7 +783,7 @@ void srv_snapshot_get(srv_server *s, srv_snapshot *out) {
 
 void srv_count_request(srv_server *s, int route, int status) {
     pthread_mutex_lock(&s->mu);
-    if (route >= 0 && route < 9) s->met.requests[route]++;
+    if (route >= 0 && route < SRV_N_ROUTES) s->met.requests[route]++;
     if (status >= 400 && status < 500) s->met.errors_4xx++;
     if (status >= 500) s->met.errors_5xx++;
     pthread_mutex_unlock(&s->mu);

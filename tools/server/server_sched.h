@@ -62,11 +62,38 @@ struct srv_server {
     int step_ms; /* KVQ_SERVER_STEP_MS: a pause per step, so tests can watch replies stream */
     srv_metrics met;
     size_t kv_used, kv_total;
+    struct srv_prefix *prefix; /* --prefix-cache, or NULL */
+    kvq_context *embd;         /* /v1/embeddings' context, made at the first request */
+    struct embd_job *embd_jobs;
 };
 
 /* server_slots.c, under the lock: runs the queued slot actions whose slot is free (dropping the
  * lock around each), and at shutdown fails the rest with 503. */
 void srv_run_slot_jobs(srv_server *s);
 void srv_fail_slot_jobs(srv_server *s);
+/* server_embeddings.c, under the lock: runs the queued /v1/embeddings jobs (dropping the lock
+ * around each); at shutdown fails the rest with 503. */
+void srv_run_embd_jobs(srv_server *s);
+void srv_fail_embd_jobs(srv_server *s);
+
+/* server_fork.c: n > 1. Outside the lock, once the lead's prompt is read (its cache holds just
+ * the prompt, its logits in lead->saved): the waiting choices' slots take copies of both. */
+void srv_fork_choices(srv_server *s, slot *lead);
+/* Under the lock, when a lead ends: choices still waiting for its cache read the prompt themselves. */
+void srv_orphan_choices(srv_server *s, const srv_req *lead);
+/* Under the lock: slots without a request. */
+int srv_free_slots(const srv_server *s);
+
+/* server_prefix_cache.c (--prefix-cache): on the scheduler thread, without the lock (they take
+ * it for the metrics); the slot is not yet the request's. Before a
+ * slot keeps only `keep` of its cached tokens for a new request: saves them to the disk cache
+ * when enough would be lost. Then: restores into the slot the file sharing the longest prefix
+ * with r's prompt when that beats `common`; returns the prefix the slot now shares. */
+void srv_prefix_evict(srv_server *s, slot *sl, int keep);
+int srv_prefix_restore(srv_server *s, slot *sl, srv_req *r, int common);
+/* At start: indexes the cache's files already in the directory (another process's too). */
+int srv_prefix_open(srv_server *s, const srv_opts *o);
+void srv_prefix_free(srv_server *s);
+
 
 #endif

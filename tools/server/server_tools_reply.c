@@ -14,6 +14,8 @@ int srv_tools_check(const kvq_chat_template *t, const srv_params *p, srv_error *
     if ((p->tools_json || tool_msgs) && !kvq_chat_template_tools(t))
         return srv_fail(e, 400, "unsupported_value", "this model's chat template (%s) has no tool calling; send no tools or tool messages",
                         kvq_chat_template_name(t));
+    if (p->tools_json && p->n > 1) /* the choices path (server_choices.c) does not parse calls */
+        return srv_fail(e, 400, "unsupported_value", "'tools' with n > 1 are not supported; ask for one choice");
     return 0;
 }
 

@@ -301,7 +301,7 @@ void kvq_aqlm_gather_gemv_scalar(const kvq_cpu_weight *w, const float *x, int n,
     size_t ig = (size_t)w->ig, M = (size_t)w->M, cols = (size_t)w->cols, rows = (size_t)w->rows;
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * w->G * M;
-        float acc[KVQ_GEMV_MAX_T] = {0};
+        float acc[KVQ_GATHER_MAX_T] = {0};
         for (size_t g = 0; g < (size_t)w->G; g++, c += M) {
             for (size_t j = 0; j < ig; j++) {
                 float v = 0.0f;

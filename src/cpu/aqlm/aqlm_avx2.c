@@ -149,19 +149,19 @@ static inline __attribute__((always_inline)) __m256 codeword8(const uint16_t *cb
     return v;
 }
 
-/* One row against T tokens: each codeword fetched once feeds T FMAs. NS
- * accumulator sets (groups g+u use set u) keep NS FMA chains per token in
- * flight; one token gets 4, more tokens already have chains enough. IG and
- * M1 are compile-time. */
+/* One row against T <= 2 tokens: each codeword fetched once feeds T FMAs.
+ * NS accumulator sets (groups g+u use set u) keep NS FMA chains per token in
+ * flight. Always 4, so a token's sums are added in the same order whatever
+ * the batch (2 tokens x 4 sets fit the 16 registers; callers pass a row's
+ * tokens 2 at a time). IG and M1 are compile-time. */
 static inline __attribute__((always_inline)) void row_gather(const kvq_cpu_weight *w, const uint16_t *c,
                                                              const float *x, float *out, const int T, const int IG,
                                                              const int M1, const int CB8) {
-    enum { NSMAX = 4 };
-    const int NS = T == 1 ? 4 : 2;
+    enum { NSMAX = 4, NS = 4 };
     const uint16_t *cb = w->cb16;
     size_t KI = ((size_t)1 << w->nbits) * IG, cols = (size_t)w->cols, M = M1 ? 1 : (size_t)w->M;
     int G = w->G, g = 0;
-    __m256 a[NSMAX][KVQ_GEMV_MAX_T];
+    __m256 a[NSMAX][2];
     for (int u = 0; u < NS; u++)
         for (int t = 0; t < T; t++) a[u][t] = _mm256_setzero_ps();
     for (; g + NS <= G; g += NS)
@@ -193,12 +193,13 @@ static inline __attribute__((always_inline)) void gather_rows(const kvq_cpu_weig
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * per_row;
         kvq_cb_prefetch_slice(w, o - r0);
-        float out[KVQ_GEMV_MAX_T];
-        switch (n) {
-        case 1: row_gather(w, c, x, out, 1, IG, M1, CB8); break;
-        case 2: row_gather(w, c, x, out, 2, IG, M1, CB8); break;
-        case 3: row_gather(w, c, x, out, 3, IG, M1, CB8); break;
-        default: row_gather(w, c, x, out, 4, IG, M1, CB8); break;
+        float out[KVQ_GATHER_MAX_T];
+        for (int t0 = 0; t0 < n; t0 += 2) { /* later passes find the row's codewords in L1 */
+            const float *xt = x + (size_t)t0 * w->cols;
+            if (n - t0 == 1)
+                row_gather(w, c, xt, out + t0, 1, IG, M1, CB8);
+            else
+                row_gather(w, c, xt, out + t0, 2, IG, M1, CB8);
         }
         for (int t = 0; t < n; t++) y[t * rows + (size_t)o] = w->scales[o] * cs * out[t];
     }

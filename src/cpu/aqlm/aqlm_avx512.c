@@ -256,12 +256,15 @@ static inline __attribute__((always_inline)) void gather_rows(const kvq_cpu_weig
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * per_row;
         kvq_cb_prefetch_slice(w, o - r0);
-        float out[KVQ_GEMV_MAX_T];
-        switch (n) {
-        case 1: row_gather(w, c, x, out, 1, IG, M1, CB8); break;
-        case 2: row_gather(w, c, x, out, 2, IG, M1, CB8); break;
-        case 3: row_gather(w, c, x, out, 3, IG, M1, CB8); break;
-        default: row_gather(w, c, x, out, 4, IG, M1, CB8); break;
+        float out[KVQ_GATHER_MAX_T];
+        for (int t0 = 0; t0 < n; t0 += KVQ_GEMV_MAX_T) { /* later passes find the row's codewords in L1 */
+            const float *xt = x + (size_t)t0 * w->cols;
+            switch (n - t0) {
+            case 1: row_gather(w, c, xt, out + t0, 1, IG, M1, CB8); break;
+            case 2: row_gather(w, c, xt, out + t0, 2, IG, M1, CB8); break;
+            case 3: row_gather(w, c, xt, out + t0, 3, IG, M1, CB8); break;
+            default: row_gather(w, c, xt, out + t0, 4, IG, M1, CB8); break;
+            }
         }
         for (int t = 0; t < n; t++) y[t * rows + (size_t)o] = w->scales[o] * cs * out[t];
     }

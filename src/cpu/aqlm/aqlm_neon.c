@@ -110,7 +110,7 @@ void kvq_aqlm_gather_gemv_neon(const kvq_cpu_weight *w, const float *x, int n, f
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * G * M;
         kvq_cb_prefetch_slice(w, o - r0);
-        float32x4_t a[KVQ_GEMV_MAX_T][4];
+        float32x4_t a[KVQ_GATHER_MAX_T][4];
         for (int t = 0; t < n; t++)
             for (int q = 0; q < 4; q++) a[t][q] = vdupq_n_f32(0.0f);
         for (size_t g = 0; g < G; g++) {

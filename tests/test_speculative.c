@@ -1,0 +1,168 @@
+/* Speculative decoding (src/speculative.c) on the demo model, as target and as its own draft:
+ * greedy output equals plain decode token for token with a draft model and with prompt lookup
+ * for every cache type; the accept/resample rule keeps the target's distribution (chi-square);
+ * a mismatched vocabulary is refused. KVQ_TEST_BACKEND / KVQ_TEST_NGL: Vulkan and offload. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvq.h"
+#include "testutil.h"
+
+#define N_GEN 24
+
+static const char *g_backend;
+static kvq_model *g_m;
+
+static int setup(void **state) {
+    (void)state;
+    if (!tu_env_backend(&g_backend)) return 0;
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = g_backend;
+    mp.n_gpu_layers = tu_env_gpu_layers();
+    mp.n_threads = 1;
+    if (kvq_model_load(KVQ_SOURCE_DIR "/models/demo", &mp, &g_m) != KVQ_OK) fail_msg("load: %s", kvq_last_error());
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    kvq_model_free(g_m);
+    return 0;
+}
+
+static kvq_context *new_ctx(kvq_cache_type t) {
+    kvq_context_params cp = kvq_context_default_params();
+    cp.n_ctx = 256;
+    cp.type_k = cp.type_v = t;
+    kvq_context *c = NULL;
+    if (kvq_context_new(g_m, &cp, &c) != KVQ_OK) fail_msg("context: %s", kvq_last_error());
+    return c;
+}
+
+/* A prompt that repeats a passage, so lookup has something to find. */
+static int prompt(int32_t *ids) {
+    const char *t = "The jury said that the city of Atlanta should take steps. The jury said that the city of";
+    return kvq_tokenize(kvq_model_tokenizer(g_m), t, strlen(t), 1, ids, 128);
+}
+
+static void greedy_plain(kvq_cache_type t, int32_t *out) {
+    int32_t ids[128];
+    int n = prompt(ids);
+    kvq_context *c = new_ctx(t);
+    kvq_sampler_params sp = kvq_sampler_default_params();
+    sp.temp = 0;
+    kvq_sampler *smp = kvq_sampler_new(&sp);
+    assert_int_equal(kvq_eval(c, ids, n), KVQ_OK);
+    for (int i = 0; i < N_GEN; i++) {
+        out[i] = kvq_sample(smp, kvq_logits(c), kvq_model_n_vocab(g_m));
+        assert_int_equal(kvq_eval(c, &out[i], 1), KVQ_OK);
+    }
+    kvq_sampler_free(smp);
+    kvq_context_free(c);
+}
+
+static void greedy_spec(kvq_cache_type t, int use_draft, int32_t *out, uint64_t *drafted, uint64_t *accepted) {
+    int32_t ids[128];
+    int n = prompt(ids);
+    kvq_context *c = new_ctx(t), *d = use_draft ? new_ctx(t) : NULL;
+    kvq_spec_params p = kvq_spec_default_params();
+    p.draft = d;
+    p.lookup_n = 2;
+    p.draft_max = 4;
+    kvq_spec *s = NULL;
+    if (kvq_spec_new(c, &p, &s) != KVQ_OK) fail_msg("spec: %s", kvq_last_error());
+    kvq_sampler_params sp = kvq_sampler_default_params();
+    sp.temp = 0;
+    kvq_sampler *smp = kvq_sampler_new(&sp);
+    assert_int_equal(kvq_spec_prompt(s, ids, n), KVQ_OK);
+    for (int got = 0; got < N_GEN;) {
+        int r = kvq_spec_step(s, smp, out + got, N_GEN - got);
+        if (r <= 0) fail_msg("step: %s", kvq_last_error());
+        got += r;
+    }
+    kvq_spec_stats(s, drafted, accepted);
+    kvq_spec_free(s);
+    kvq_sampler_free(smp);
+    kvq_context_free(c);
+    kvq_context_free(d);
+}
+
+static void test_greedy_identity(void **state) {
+    (void)state;
+    if (!g_m) skip();
+    const kvq_cache_type types[] = {KVQ_CACHE_F16, KVQ_CACHE_Q8, KVQ_CACHE_Q4};
+    for (int ti = 0; ti < 3; ti++)
+        for (int use_draft = 0; use_draft < 2; use_draft++) {
+            int32_t ref[N_GEN], got[N_GEN];
+            uint64_t dr = 0, ac = 0;
+            greedy_plain(types[ti], ref);
+            greedy_spec(types[ti], use_draft, got, &dr, &ac);
+            print_message("cache=%s draft=%s drafted=%llu accepted=%llu\n", kvq_cache_type_name(types[ti]),
+                          use_draft ? "self" : "lookup", (unsigned long long)dr, (unsigned long long)ac);
+            for (int i = 0; i < N_GEN; i++)
+                if (ref[i] != got[i]) fail_msg("cache %s, %s: token %d is %d, plain decode %d", kvq_cache_type_name(types[ti]),
+                                               use_draft ? "draft" : "lookup", i, got[i], ref[i]);
+            assert_true(dr > 0);
+            if (use_draft) assert_true(ac > 0); /* itself as draft: most drafts stand */
+        }
+}
+
+/* Draws from q, verified against p, must be distributed as p (chi-square, 5 cells). */
+static void test_verify_rule(void **state) {
+    (void)state;
+    const float p[5] = {0.4f, 0.25f, 0.2f, 0.1f, 0.05f}, q[5] = {0.1f, 0.1f, 0.5f, 0.05f, 0.25f};
+    kvq_sampler_params sp = kvq_sampler_default_params();
+    sp.seed = 7;
+    kvq_sampler *s = kvq_sampler_new(&sp);
+    const int N = 200000;
+    long cnt[5] = {0}, cnt_pm[5] = {0};
+    for (int i = 0; i < N; i++) {
+        int acc;
+        int32_t x = kvq_sampler_draw(s, q, 5);
+        cnt[kvq_sampler_verify(s, p, q, 5, x, &acc)]++;
+        cnt_pm[kvq_sampler_verify(s, p, NULL, 5, 2, &acc)]++; /* a lookup's point mass on token 2 */
+    }
+    double chi = 0, chi_pm = 0;
+    for (int i = 0; i < 5; i++) {
+        double e = p[i] * N;
+        chi += (cnt[i] - e) * (cnt[i] - e) / e;
+        chi_pm += (cnt_pm[i] - e) * (cnt_pm[i] - e) / e;
+    }
+    print_message("chi2 draft=%.2f point-mass=%.2f (4 dof, 99.9%%: 18.47)\n", chi, chi_pm);
+    assert_true(chi < 18.47);
+    assert_true(chi_pm < 18.47);
+    /* the rule with q as the target must fail the same bound: the test can tell */
+    long bad[5] = {0};
+    for (int i = 0; i < N; i++) bad[kvq_sampler_draw(s, q, 5)]++;
+    double chi_bad = 0;
+    for (int i = 0; i < 5; i++) chi_bad += (bad[i] - p[i] * N) * (bad[i] - p[i] * N) / (p[i] * N);
+    assert_true(chi_bad > 18.47);
+    kvq_sampler_free(s);
+}
+
+static void test_vocab_mismatch(void **state) {
+    (void)state;
+    if (!g_m) skip();
+    const char *dir = tu_fixture("models/llama3-tiny-aqlm-1x16g16");
+    TU_NEED_FIXTURE(dir);
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = "cpu";
+    kvq_model *o = NULL;
+    if (kvq_model_load(dir, &mp, &o) != KVQ_OK) fail_msg("load: %s", kvq_last_error());
+    assert_int_equal(kvq_vocab_check(g_m, o), KVQ_ERR_ARG);
+    print_message("%s\n", kvq_last_error());
+    assert_non_null(strstr(kvq_last_error(), "vocabulary"));
+    assert_int_equal(kvq_vocab_check(g_m, g_m), KVQ_OK);
+    kvq_model_free(o);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_verify_rule),
+        cmocka_unit_test(test_greedy_identity),
+        cmocka_unit_test(test_vocab_mismatch),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

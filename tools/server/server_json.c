@@ -1,0 +1,51 @@
+/* kvq-server: response_format (structured output). json_object: any JSON object;
+ * json_schema: {name, schema, strict}, checked when the request is parsed (a schema outside
+ * the supported subset is a 400 then, not an error halfway through a reply), compiled on the
+ * model's vocabulary when the request is submitted. */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+int srv_parse_response_format(const cJSON *j, srv_params *p, srv_error *e) {
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(j, "response_format");
+    if (!rf || cJSON_IsNull(rf)) return 0;
+    if (!cJSON_IsObject(rf)) return srv_fail(e, 400, "invalid_type", "'response_format' must be an object");
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rf, "type");
+    if (!cJSON_IsString(ty)) return srv_fail(e, 400, "invalid_type", "'response_format.type' must be a string");
+    if (!strcmp(ty->valuestring, "text")) return 0;
+    if (!strcmp(ty->valuestring, "json_object")) {
+        p->json_mode = SRV_JSON_OBJECT;
+        return 0;
+    }
+    if (strcmp(ty->valuestring, "json_schema"))
+        return srv_fail(e, 400, "invalid_value", "'response_format.type' is \"%.40s\"; it must be text, json_object or json_schema",
+                        ty->valuestring);
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+    if (!cJSON_IsObject(js)) return srv_fail(e, 400, "missing_field", "'response_format.json_schema' (an object) is required");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
+    if (name && !cJSON_IsString(name)) return srv_fail(e, 400, "invalid_type", "'response_format.json_schema.name' must be a string");
+    const cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
+    if (strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict))
+        return srv_fail(e, 400, "invalid_type", "'response_format.json_schema.strict' must be true or false");
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    if (schema && !cJSON_IsObject(schema))
+        return srv_fail(e, 400, "invalid_type", "'response_format.json_schema.schema' must be an object");
+    p->json_mode = SRV_JSON_SCHEMA;
+    p->json_strict = cJSON_IsTrue(strict);
+    if (!schema) return 0; /* no schema: any object, as json_object */
+    if (!(p->json_schema = cJSON_PrintUnformatted(schema))) return srv_fail(e, 500, NULL, "out of memory");
+    char err[256];
+    kvq_json_constraint *c = kvq_json_constraint_new(NULL, p->json_schema, p->json_strict, err, sizeof err);
+    if (!c) return srv_fail(e, 400, "invalid_json_schema", "response_format.json_schema.schema: %s", err);
+    kvq_json_constraint_free(c);
+    return 0;
+}
+
+kvq_json_constraint *srv_json_constraint(const kvq_tokenizer *tok, const srv_params *p, srv_error *e) {
+    char err[256];
+    kvq_json_constraint *c = kvq_json_constraint_new(tok, p->json_schema, p->json_strict, err, sizeof err);
+    if (!c) srv_fail(e, 400, "invalid_json_schema", "response_format.json_schema.schema: %s", err);
+    return c;
+}
