@@ -25,19 +25,6 @@ struct kvq_json_constraint {
     float *scratch;
 };
 
-/* "<0xNN>" -> NN, else -1. */
-static int byte_piece(const char *s, size_t n) {
-    if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return -1;
-    int v = 0;
-    for (int k = 3; k < 5; k++) {
-        char c = s[k];
-        int x = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (x < 0) return -1;
-        v = v * 16 + x;
-    }
-    return v;
-}
-
 /* Replaces each `from` in buf[0..*n) by `to` (to no longer than from). */
 static void replace_lit(char *buf, size_t *n, const char *from, size_t fl, const char *to, size_t tl) {
     if (!fl || tl > fl) return;
@@ -69,7 +56,7 @@ static size_t token_bytes(const kvq_tokenizer *t, int32_t id, char *buf, size_t 
             replace_lit(buf, &n, st->str, st->str_len, " ", 1);
             break;
         case TK_D_BYTEFALLBACK: {
-            int b = byte_piece(buf, n);
+            int b = tk_byte_token(buf, n);
             if (b >= 0) {
                 buf[0] = (char)b;
                 n = 1;

@@ -31,6 +31,7 @@ void tk_buf_free(tk_buf *b);
 /* Length of the UTF-8 sequence starting at s[0] (1 for invalid bytes), never past n. */
 size_t tk_utf8_len(const char *s, size_t n);
 /* Decodes one code point (-1 when s does not start with a valid sequence); *adv = bytes used. */
+int tk_byte_token(const char *s, size_t n); /* "<0xNN>" -> NN, else -1 (ByteFallback) */
 int32_t tk_utf8_decode(const char *s, size_t n, size_t *adv);
 int tk_utf8_encode(int32_t cp, char *out); /* bytes written (1..4) */
 int tk_is_space(int32_t cp);                /* Unicode White_Space, like Rust char::is_whitespace */

@@ -117,7 +117,7 @@ struct kvq_detok {
 static int feed(kvq_detok *d, int i, const char *s, size_t n, int new_tok);
 
 /* "<0xNN>" -> NN, else -1 (ByteFallback's byte tokens). */
-static int byte_token(const char *s, size_t n) {
+int tk_byte_token(const char *s, size_t n) {
     if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return -1;
     int v = 0;
     for (int k = 3; k < 5; k++) {
@@ -223,7 +223,7 @@ static int feed(kvq_detok *d, int i, const char *s, size_t n, int new_tok) {
         return feed(d, i + 1, ds->tmp.p, ds->tmp.len, new_tok);
     }
     case TK_D_BYTEFALLBACK: {
-        int b = new_tok ? byte_token(s, n) : -1;
+        int b = new_tok ? tk_byte_token(s, n) : -1;
         if (b >= 0) {
             if (!ds->in_run) {
                 ds->in_run = 1;
