@@ -59,20 +59,6 @@ static kvq_context *new_ctx(fixture *f, kvq_cache_type t, int n_batch, int embed
     return c;
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
-static void greedy(kvq_context *c, int n_vocab, int32_t *out) {
-    for (int i = 0; i < N_GEN; i++) {
-        out[i] = argmax(kvq_logits(c), n_vocab);
-        assert_int_equal(kvq_eval(c, &out[i], 1), KVQ_OK);
-    }
-}
-
 static void test_copy_every_type(void **state) {
     fixture *f = *state;
     if (!f) skip();
@@ -88,8 +74,8 @@ static void test_copy_every_type(void **state) {
         assert_int_equal(kvq_eval(dst, f->a + f->na - 1, 1), KVQ_OK);
         assert_memory_equal(kvq_logits(src), kvq_logits(dst), sizeof(float) * (size_t)f->n_vocab);
         int32_t gs[N_GEN], gd[N_GEN];
-        greedy(src, f->n_vocab, gs);
-        greedy(dst, f->n_vocab, gd);
+        tu_greedy(src, f->n_vocab, gs, N_GEN);
+        tu_greedy(dst, f->n_vocab, gd, N_GEN);
         assert_memory_equal(gs, gd, sizeof gs);
         kvq_context_free(src);
         kvq_context_free(dst);

@@ -55,21 +55,6 @@ static kvq_context *new_ctx(fixture *f, kvq_cache_type tk, kvq_cache_type tv, in
     return c;
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
-/* N_GEN greedy tokens from c's current logits. */
-static void greedy(kvq_context *c, int n_vocab, int32_t *out) {
-    for (int i = 0; i < N_GEN; i++) {
-        out[i] = argmax(kvq_logits(c), n_vocab);
-        assert_int_equal(kvq_eval(c, &out[i], 1), KVQ_OK);
-    }
-}
-
 static long file_size(const char *path) {
     FILE *fp = fopen(path, "rb");
     assert_non_null(fp);
@@ -102,7 +87,7 @@ static long roundtrip(fixture *f, kvq_cache_type tk, kvq_cache_type tv) {
     memcpy(want, kvq_logits(a), sizeof(float) * (size_t)f->n_vocab);
     if (kvq_context_save(a, path, f->prompt, n) != KVQ_OK) fail_msg("save: %s", kvq_last_error());
     int32_t gen_a[N_GEN], gen_b[N_GEN], toks[256];
-    greedy(a, f->n_vocab, gen_a);
+    tu_greedy(a, f->n_vocab, gen_a, N_GEN);
 
     kvq_context *b = new_ctx(f, tk, tv, 128);
     int got = -1;
@@ -115,7 +100,7 @@ static long roundtrip(fixture *f, kvq_cache_type tk, kvq_cache_type tv) {
     assert_int_equal(kvq_eval(b, f->prompt + n - 1, 1), KVQ_OK);
     double d = tu_max_abs_diff(kvq_logits(b), want, (size_t)f->n_vocab);
     if (d > 0) fail_msg("%s: restored logits differ by %g", name, d);
-    greedy(b, f->n_vocab, gen_b);
+    tu_greedy(b, f->n_vocab, gen_b, N_GEN);
     assert_memory_equal(gen_a, gen_b, sizeof gen_a);
     print_message("%s: %ld bytes, continuation identical\n", name, file_size(path));
     free(want);

@@ -164,3 +164,17 @@ void tu_top3(const float *x, int n, int *out) {
         }
     }
 }
+
+int32_t tu_argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+void tu_greedy(struct kvq_context *c, int n_vocab, int32_t *out, int n) {
+    for (int i = 0; i < n; i++) {
+        out[i] = tu_argmax(kvq_logits(c), n_vocab);
+        assert_int_equal(kvq_eval(c, &out[i], 1), KVQ_OK);
+    }
+}

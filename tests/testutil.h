@@ -56,4 +56,10 @@ int tu_env_gpu_layers(void);
 /* Indices of the 3 largest of x[0..n), largest first. */
 void tu_top3(const float *x, int n, int *out);
 
+struct kvq_context;
+/* Index of the largest of x[0..n) (the first on ties). */
+int32_t tu_argmax(const float *x, int n);
+/* n greedy tokens from c's current logits, each evaluated in turn (asserts every eval). */
+void tu_greedy(struct kvq_context *c, int n_vocab, int32_t *out, int n);
+
 #endif
