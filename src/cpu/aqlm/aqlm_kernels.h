@@ -88,7 +88,7 @@ void kvq_aqlm_lutq_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts, size_t 
  * codeword bytes, then depends on the weights only and is formed once per
  * step for all tokens, so a token costs one stream of bytes, not two (with
  * the codewords offset instead, each token also read an int32 correction
- * per 4 values: 8 tokens ran 1.5x slower). */
+ * per 4 values: 8 tokens ran 1.25x slower). */
 typedef struct {
     int cols_pad;
     const int8_t *q;
