@@ -10,6 +10,7 @@ int kvq_bench_aqlm(int argc, char **argv);
 int kvq_bench_model(int argc, char **argv);
 int kvq_bench_vk_aqlm(int argc, char **argv);
 int kvq_bench_longctx(int argc, char **argv);
+int kvq_bench_step(int argc, char **argv);
 
 static const struct {
     const char *name, *help;
@@ -17,6 +18,7 @@ static const struct {
 } CMDS[] = {
     {"attn", "decode attention from f16/q8/q4 KV caches (tools/bench/bench_attn.c)", kvq_bench_attn},
     {"aqlm", "AQLM decode GEMV (tools/bench/bench_aqlm.c)", kvq_bench_aqlm},
+    {"step", "AQLM matmul of a 1-16 token step, CPU time, and its ceilings (tools/bench/bench_step.c)", kvq_bench_step},
     {"model", "whole-model prompt and decode speed (tools/bench/bench_model.c)", kvq_bench_model},
     {"longctx-model", "writes a random long-context model and token stream for kvq-ppl's KL check (tools/bench/bench_longctx.c)",
      kvq_bench_longctx},

@@ -79,17 +79,24 @@ int kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst) {
     return KVQ_OK;
 }
 
-static int cols_pad(int cols) { return (cols + 63) / 64 * 64; }
+/* A token's stride (bytes of q; qu takes as many, d an eighth): a multiple
+ * of 64, plus one line when it is a multiple of 1 KiB. With 4096 columns
+ * every token's q (and qu) fell in the same L1 set, and 8 tokens per pass
+ * asked one 8-way set for more lines than it holds. */
+static int cols_pad(int cols) {
+    int p = (cols + 63) / 64 * 64;
+    return p % 1024 ? p : p + 64;
+}
 
 size_t kvq_i8_act_bytes(int cols, int n) {
     size_t p = (size_t)cols_pad(cols) * (size_t)n;
-    return p * 2 + p / 8; /* corr (int32 per 4), q, d (f32 per 32) */
+    return p * 2 + p / 8; /* qu, q, d (f32 per 32) */
 }
 
 kvq_i8_act kvq_i8_act_at(void *buf, int cols, int n) {
     size_t p = (size_t)cols_pad(cols) * (size_t)n;
     char *b = buf;
-    return (kvq_i8_act){cols_pad(cols), (const int8_t *)(b + p), (const float *)(b + 2 * p), (const int32_t *)b, 1};
+    return (kvq_i8_act){cols_pad(cols), (const int8_t *)(b + p), (const float *)(b + 2 * p), (const uint8_t *)b, 1};
 }
 
 void kvq_i8_quantize(const kvq_i8_act *a, const float *x, int cols, int t0, int t1) {
@@ -98,7 +105,7 @@ void kvq_i8_quantize(const kvq_i8_act *a, const float *x, int cols, int t0, int 
         const float *xt = x + (size_t)t * cols;
         int8_t *q = (int8_t *)(uintptr_t)(a->q + (size_t)t * P);
         float *d = (float *)(uintptr_t)(a->d + (size_t)t * nb);
-        int32_t *corr = (int32_t *)(uintptr_t)(a->corr + (size_t)t * P / 4);
+        uint8_t *qu = (uint8_t *)(uintptr_t)(a->qu + (size_t)t * P);
         for (int b = 0; b < nb; b++) {
             int k0 = b * 32, k1 = k0 + 32 < cols ? k0 + 32 : cols;
             float mx = 0.0f, v[32];
@@ -117,7 +124,7 @@ void kvq_i8_quantize(const kvq_i8_act *a, const float *x, int cols, int t0, int 
                 q[k0 + k] = (int8_t)kvq_round_ne(s);
             }
         }
-        for (int k = 0; k < P / 4; k++) corr[k] = -128 * (q[4 * k] + q[4 * k + 1] + q[4 * k + 2] + q[4 * k + 3]);
+        for (int k = 0; k < P; k++) qu[k] = (uint8_t)q[k] ^ 0x80u;
     }
 }
 
@@ -148,31 +155,41 @@ static void add_bias(const kvq_cpu_weight *w, float *y, int r0, int r1) {
         for (int o = r0; o < r1; o++) y[o] += w->bias[o];
 }
 
-/* The int8-codeword kernel (weights with cbq) for the current ISA: VNNI on
- * AVX-512 CPUs that have it, else AVX2's (maddubs, plain loads); sdot on
- * NEON CPUs with the dot-product extension; the scalar spec otherwise. */
-static kvq_i8_gemv_fn i8_kernel(void) {
+/* The int8-codeword kernel (weights with cbq) for the current ISA and the
+ * most tokens it takes per pass over a row's codewords: VNNI on AVX-512 CPUs
+ * that have it (8: one gather serves a whole 2-8 token step; its 16
+ * accumulators and the constants fit the 32 registers), else AVX2's
+ * (maddubs, plain loads); sdot on NEON CPUs with the dot-product extension;
+ * the scalar spec otherwise. */
+typedef struct {
+    kvq_i8_gemv_fn fn;
+    int max_t;
+} i8_kern;
+static i8_kern i8_kernel(void) {
     switch (kvq_cpu_isa()) {
 #if defined(__x86_64__)
-    case KVQ_ISA_AVX512: return kvq_cpu_has_vnni() ? kvq_aqlm_i8_gemv_vnni : kvq_aqlm_i8_gemv_avx2;
-    case KVQ_ISA_AVX2: return kvq_aqlm_i8_gemv_avx2;
+    case KVQ_ISA_AVX512:
+        return kvq_cpu_has_vnni() ? (i8_kern){kvq_aqlm_i8_gemv_vnni, KVQ_I8_VNNI_MAX_T}
+                                  : (i8_kern){kvq_aqlm_i8_gemv_avx2, KVQ_GEMV_MAX_T};
+    case KVQ_ISA_AVX2: return (i8_kern){kvq_aqlm_i8_gemv_avx2, KVQ_GEMV_MAX_T};
 #endif
 #if defined(__aarch64__)
-    case KVQ_ISA_NEON: return kvq_cpu_has_dotprod() ? kvq_aqlm_i8_gemv_neon : kvq_aqlm_i8_gemv_scalar;
+    case KVQ_ISA_NEON:
+        return (i8_kern){kvq_cpu_has_dotprod() ? kvq_aqlm_i8_gemv_neon : kvq_aqlm_i8_gemv_scalar, KVQ_GEMV_MAX_T};
 #endif
-    default: return kvq_aqlm_i8_gemv_scalar;
+    default: return (i8_kern){kvq_aqlm_i8_gemv_scalar, KVQ_GEMV_MAX_T};
     }
 }
 
 /* Int8 codewords (w->cbq), any number of tokens: every token quantized once,
  * then rows split among threads. A few tokens share each pass over a row's
- * codes (KVQ_GEMV_MAX_T per kernel call); more go through blocks of
+ * codes (the kernel's max_t per call); more go through blocks of
  * KVQ_I8_ROWS rows, all tokens per block, so the codes come from memory once.
  * Prompts take this path too (the weight keeps no fp16 codebook for the tile
  * dequantize + f32 GEMM), so prompt and decode compute the same products. */
 #define KVQ_I8_ROWS 16
 void kvq_cpu_matmul_i8(const kvq_cpu_weight *w, const float *x, float *y, int n, int nt, void *buf) {
-    kvq_i8_gemv_fn fn = i8_kernel();
+    i8_kern k = i8_kernel();
     kvq_i8_act a = kvq_i8_act_at(buf, w->cols, n);
     if (n == 1) kvq_i8_quantize(&a, x, w->cols, 0, 1); /* a few µs: not worth waking the threads twice */
 #pragma omp parallel num_threads(nt)
@@ -184,15 +201,15 @@ void kvq_cpu_matmul_i8(const kvq_cpu_weight *w, const float *x, float *y, int n,
 #pragma omp barrier
         }
         kvq_split(w->rows, T, t, &r0, &r1);
-        int rb = n <= KVQ_GEMV_MAX_T ? r1 - r0 : KVQ_I8_ROWS;
+        int rb = n <= k.max_t ? r1 - r0 : KVQ_I8_ROWS;
         for (int b0 = r0; b0 < r1; b0 += rb) {
             int b1 = b0 + rb < r1 ? b0 + rb : r1;
-            for (int t0 = 0; t0 < n; t0 += KVQ_GEMV_MAX_T) {
-                int nn = n - t0 < KVQ_GEMV_MAX_T ? n - t0 : KVQ_GEMV_MAX_T;
+            for (int t0 = 0; t0 < n; t0 += k.max_t) {
+                int nn = n - t0 < k.max_t ? n - t0 : k.max_t;
                 kvq_i8_act at = kvq_i8_act_token(&a, t0);
                 at.cb_prefetch = b0 == r0 && t0 == 0; /* once per thread, not per block of a prompt */
                 float *yt = y + (size_t)t0 * w->rows;
-                fn(w, &at, nn, yt, (size_t)w->rows, b0, b1);
+                k.fn(w, &at, nn, yt, (size_t)w->rows, b0, b1);
                 for (int i = 0; i < nn; i++) add_bias(w, yt + (size_t)i * w->rows, b0, b1);
             }
         }

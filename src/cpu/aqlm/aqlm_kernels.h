@@ -80,15 +80,20 @@ void kvq_aqlm_lutq_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts, size_t 
 /* ---- int8 codewords and activations (kvq_weight_desc.i8; aqlm_i8.c) ----
  * Activations are quantized per token in blocks of 32 values: d = max|x| / 127,
  * q = round(x / d). One token's values are padded with zeros to cols_pad (a
- * multiple of 64: one AVX-512 step of 8 codewords of 8). For token t:
+ * multiple of 64: one AVX-512 step of 8 codewords of 8; one more 64 where
+ * that is a multiple of 1 KiB, against L1 set conflicts). For token t:
  * q + t*cols_pad, its block scales d + t*(cols_pad/32), and for the VNNI
- * kernel (unsigned x signed: codewords go in as q ^ 0x80 = q + 128) the
- * offset's correction corr + t*(cols_pad/4): -128 * the sum of each 4 q. */
+ * kernel (unsigned x signed) the same values as q ^ 0x80 = q + 128 at
+ * qu + t*cols_pad: the offset's correction, -128 * the sum of each 4
+ * codeword bytes, then depends on the weights only and is formed once per
+ * step for all tokens, so a token costs one stream of bytes, not two (with
+ * the codewords offset instead, each token also read an int32 correction
+ * per 4 values: 8 tokens ran 1.25x slower). */
 typedef struct {
     int cols_pad;
     const int8_t *q;
     const float *d;
-    const int32_t *corr;
+    const uint8_t *qu;
     int cb_prefetch; /* 1: the kernel pulls the codebook into L2 over its first rows (a thread's first call) */
 } kvq_i8_act;
 
@@ -101,13 +106,17 @@ void kvq_i8_quantize(const kvq_i8_act *a, const float *x, int cols, int t0, int 
 /* a advanced by t tokens. */
 static inline kvq_i8_act kvq_i8_act_token(const kvq_i8_act *a, int t) {
     size_t p = (size_t)a->cols_pad * (size_t)t;
-    return (kvq_i8_act){a->cols_pad, a->q + p, a->d + p / 32, a->corr + p / 4, a->cb_prefetch};
+    return (kvq_i8_act){a->cols_pad, a->q + p, a->d + p / 32, a->qu + p, a->cb_prefetch};
 }
 /* kvq_cpu_matmul of a weight with int8 codewords (w->cbq) on nt threads, buf
  * holding kvq_i8_act_bytes(w->cols, n) bytes of scratch. */
 void kvq_cpu_matmul_i8(const kvq_cpu_weight *w, const float *x, float *y, int n, int nt, void *buf);
-/* y[t*ldy + o] = W[o] . x_t for o in [r0, r1), t < n <= KVQ_GEMV_MAX_T, from
- * the activations of tokens a (already offset to the first token). */
+/* y[t*ldy + o] = W[o] . x_t for o in [r0, r1), t < n <= the kernel's most
+ * tokens (KVQ_GEMV_MAX_T; the VNNI kernel KVQ_I8_VNNI_MAX_T), from the
+ * activations of tokens a (already offset to the first token). Each token's
+ * sums are formed the same way whatever n is, so a token's outputs do not
+ * depend on the batch (speculative verification relies on it). */
+#define KVQ_I8_VNNI_MAX_T 8
 typedef void (*kvq_i8_gemv_fn)(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0,
                                int r1);
 void kvq_aqlm_i8_gemv_scalar(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0, int r1);
