@@ -609,6 +609,7 @@ static void step(srv_server *s) {
         if (st != KVQ_OK && ctx[j]) {
             srv_fail(&r->err, 500, NULL, "evaluation failed: %s", kvq_last_error());
             kvq_kv_truncate(sl->c, 0);
+            kvq_logits_all_set(sl->c, 0); /* a slot that was verifying drafts */
             sl->n_ids = sl->n_saved = 0;
             finish_slot(s, sl, SRV_FINISH_STOP);
             continue;
