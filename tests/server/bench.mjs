@@ -5,6 +5,8 @@
 //   node tests/server/bench.mjs [--server BUILD/kvq-server] [-m DIR] [-c N] [-n TOKENS] [-- extra server flags]
 // e.g. node tests/server/bench.mjs -m models/demo -c 1024 -- -ctk q4 -ctv q4 -t 2
 // Prints one line per level: server streams=<n> agg_tps=<x> ttft_ms=<x> kv_mib_per_stream=<x>
+// (--streams 1,8: the streams=1 line's TTFT is the prompt alone, the streams=8 line's beside 7
+// decoding streams, which are cut off once the probe has its token)
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import OpenAI from "openai";
