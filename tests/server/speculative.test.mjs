@@ -1,6 +1,6 @@
 // Speculative decoding in kvq-server (--lookup N, --draft DIR): greedy replies are token for
 // token those of a server without drafts (alone, and two streams at once, penalties and stop
-// strings included), and the drafted/accepted counts show in timings, /stats and /metrics.
+// strings included; f16 and q4 caches), and the drafted/accepted counts show in timings, /stats and /metrics.
 // A draft model with another vocabulary is refused at start with one line.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -72,6 +72,13 @@ for (const [name, args] of [["--lookup 2", ["--lookup", "2"]], ["--draft (itself
     assert.equal(got.metricAcc, got.accepted);
   });
 }
+
+test("--lookup 2 on a q4 cache: greedy replies equal the plain q4 server's (rollback of quantized rows)", async () => {
+  const q4 = ["-ctk", "q4", "-ctv", "q4"];
+  const base = await replies(q4), got = await replies([...q4, "--lookup", "2"]);
+  assert.deepEqual(got.out, base.out);
+  assert.ok(got.drafted > 0 && got.accepted > 0);
+});
 
 test("sampling with drafts: a seeded request repeats, and the tokens stay in range", async () => {
   await run(["-np", "1", "--lookup", "2"], async (srv, client) => {
