@@ -524,12 +524,13 @@ static void step(srv_server *s) {
     int budget = 0; /* speculation: rows left in the batch beside the decode rows and a prompt chunk */
     for (int i = 0; s->spec && i < s->n_slots; i++) budget += s->slots[i].r && s->slots[i].has_pending;
     if (budget) budget = ((s->cp.n_batch ? s->cp.n_batch : kvq_context_default_params().n_batch) - budget - s->chunk) / budget;
+    if (s->spec) srv_spec_draft_all(s, budget);
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->r && sl->has_pending) {
             ctx[count] = sl->c;
             ids[count] = &sl->pending;
-            n[count] = s->spec ? srv_spec_draft(s, i, budget, &ids[count]) : 1;
+            n[count] = s->spec ? srv_spec_rows(s, i, &ids[count]) : 1;
             who[count++] = i;
             n_decode++;
         }

@@ -106,53 +106,83 @@ static int argmax(const float *x, int n, float *p_top) {
     return best;
 }
 
-/* Greedy drafts from the draft model for slot i, whose history is h[0..n): its cache first
- * catches up (keeping the prefix it shares with h). Drafts are point masses for the accept rule. */
-static int draft_model(srv_spec *p, int i, const int32_t *h, int n, int32_t *out, int k) {
-    kvq_context *d = p->dc[i];
+/* Slot i's draft context catches up with its history h[0..n) (keeping the prefix it shares)
+ * as one entry of a batch: returns the tokens to evaluate (*ids), 0 when none are needed. */
+static int catch_up(srv_spec *p, int i, const int32_t *h, int n, const int32_t **ids) {
     int c = 0;
     while (c < p->n_dids[i] && c < n && p->dids[i][c] == h[c]) c++;
     if (c == n) c--; /* its logits are needed: evaluate the last token again */
-    if (kvq_kv_truncate(d, c) != KVQ_OK || kvq_eval(d, h + c, n - c) != KVQ_OK) goto fail;
+    kvq_kv_truncate(p->dc[i], c);
     memcpy(p->dids[i] + c, h + c, sizeof *h * (size_t)(n - c));
-    p->n_dids[i] = n;
-    int m = 0;
-    while (m < k) {
-        float top;
-        int32_t t = argmax(kvq_logits(d), p->n_vocab, p->min_p > 0 ? &top : NULL);
-        if (p->min_p > 0 && top < p->min_p) break;
-        out[m++] = t;
-        if (m == k) break;
-        if (kvq_eval(d, &t, 1) != KVQ_OK) goto fail;
-        p->dids[i][p->n_dids[i]++] = t;
-    }
-    return m;
-fail: /* no drafts this step; the cache is made again next time */
-    kvq_kv_truncate(d, 0);
-    p->n_dids[i] = 0;
-    return 0;
+    p->n_dids[i] = c;
+    *ids = p->dids[i] + c;
+    return n - c;
 }
 
-int srv_spec_draft(srv_server *s, int i, int budget, const int32_t **rows) {
+/* The draft model's greedy drafts for the slots in who[0..na) (want[j] each at most), its steps
+ * batched over the slots: first each catches up with its history, then one token a round.
+ * Drafts are point masses for the accept rule. On a failure the drafts so far stand and the
+ * draft caches are made again next time. */
+static void draft_model(srv_server *s, const int *who, const int *want, int na) {
     srv_spec *p = s->spec;
-    slot *sl = &s->slots[i];
-    srv_req *r = sl->r;
-    int32_t *row = p->rows + (size_t)i * (SPEC_MAX + 1);
-    row[0] = sl->pending;
-    *rows = row;
-    p->n_rows[i] = 1;
-    /* each accepted draft and the row after them is a generated token: none past max_tokens */
-    int k = p->k < budget ? p->k : budget;
-    long left = r->max_tokens - r->n_gen - 1;
-    if (k > left) k = (int)left;
-    if (k > p->n_ctx - sl->n_ids - 2) k = p->n_ctx - sl->n_ids - 2;
-    if (k <= 0) return 1;
-    sl->ids[sl->n_ids] = sl->pending; /* past n_ids: scratch room, so the history is one array */
-    int n = sl->n_ids + 1;
-    int m = p->dm ? draft_model(p, i, sl->ids, n, row + 1, k) : draft_lookup(sl->ids, n, p->lookup_n, row + 1, k);
-    if (m > 0 && kvq_logits_all_set(sl->c, 1) != KVQ_OK) m = 0;
-    p->n_rows[i] = 1 + m;
-    return 1 + m;
+    kvq_context *ctx[na];
+    const int32_t *ids[na];
+    int n[na], idx[na], cnt = 0;
+    for (int j = 0; j < na; j++) {
+        slot *sl = &s->slots[who[j]];
+        ctx[cnt] = p->dc[who[j]];
+        n[cnt] = catch_up(p, who[j], sl->ids, sl->n_ids + 1, &ids[cnt]);
+        idx[cnt++] = j;
+    }
+    for (int round = 0; cnt; round++) {
+        if (kvq_eval_batch(ctx, ids, n, cnt) != KVQ_OK) {
+            for (int j = 0; j < cnt; j++) kvq_kv_truncate(ctx[j], 0), p->n_dids[who[idx[j]]] = 0;
+            return;
+        }
+        int next = 0;
+        for (int e = 0; e < cnt; e++) {
+            int j = idx[e], i = who[j];
+            p->n_dids[i] += n[e];
+            float top;
+            int32_t t = argmax(kvq_logits(ctx[e]), p->n_vocab, p->min_p > 0 ? &top : NULL);
+            if (p->min_p > 0 && top < p->min_p) continue;
+            int32_t *row = p->rows + (size_t)i * (SPEC_MAX + 1);
+            row[p->n_rows[i]++] = t;
+            if (round + 1 >= want[j]) continue;
+            p->dids[i][p->n_dids[i]] = t; /* evaluated next round */
+            ctx[next] = ctx[e], ids[next] = &p->dids[i][p->n_dids[i]], n[next] = 1, idx[next++] = j;
+        }
+        cnt = next;
+    }
+}
+
+void srv_spec_draft_all(srv_server *s, int budget) {
+    srv_spec *p = s->spec;
+    int who[s->n_slots], want[s->n_slots], na = 0;
+    for (int i = 0; i < s->n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->r || !sl->has_pending) continue;
+        int32_t *row = p->rows + (size_t)i * (SPEC_MAX + 1);
+        row[0] = sl->pending;
+        p->n_rows[i] = 1;
+        /* each accepted draft and the row after them is a generated token: none past max_tokens */
+        int k = p->k < budget ? p->k : budget;
+        long left = sl->r->max_tokens - sl->r->n_gen - 1;
+        if (k > left) k = (int)left;
+        if (k > p->n_ctx - sl->n_ids - 2) k = p->n_ctx - sl->n_ids - 2;
+        if (k <= 0) continue;
+        sl->ids[sl->n_ids] = sl->pending; /* past n_ids: scratch room, so the history is one array */
+        if (p->dm) who[na] = i, want[na++] = k;
+        else p->n_rows[i] += draft_lookup(sl->ids, sl->n_ids + 1, p->lookup_n, row + 1, k);
+    }
+    if (na) draft_model(s, who, want, na);
+}
+
+int srv_spec_rows(srv_server *s, int i, const int32_t **rows) {
+    srv_spec *p = s->spec;
+    *rows = p->rows + (size_t)i * (SPEC_MAX + 1);
+    if (p->n_rows[i] > 1 && kvq_logits_all_set(s->slots[i].c, 1) != KVQ_OK) p->n_rows[i] = 1;
+    return p->n_rows[i];
 }
 
 int32_t srv_spec_pick(srv_server *s, slot *sl, const float *lg) {

@@ -8,9 +8,11 @@
  * program with one line) and one draft context per slot, or --lookup. 0, or 1 after the message. */
 int srv_spec_start(srv_server *s, const srv_opts *o);
 void srv_spec_free(srv_server *s);
-/* Before a step, for decoding slot i: its rows, the pending token and up to min(K, budget)
- * drafts (*rows; they stay until srv_spec_verify). Returns the rows' count (1: no drafts). */
-int srv_spec_draft(srv_server *s, int i, int budget, const int32_t **rows);
+/* Before a step: each decoding slot's rows, its pending token and up to min(K, budget) drafts
+ * (the draft model's steps batched over the slots). Then for slot i: its rows (*rows; they stay
+ * until srv_spec_verify) and their count (1: no drafts). */
+void srv_spec_draft_all(srv_server *s, int budget);
+int srv_spec_rows(srv_server *s, int i, const int32_t **rows);
 /* After the step, for a slot that had drafts (its pending token already in ids): samples row
  * after row with `sample` (the scheduler's), keeps the drafts chosen, drops the rest's cache. */
 typedef void (*srv_sample_fn)(srv_server *s, slot *sl, const float *logits);
