@@ -78,7 +78,9 @@ for (const [name, args] of [["--lookup 2", ["--lookup", "2"]], ["--draft (itself
 test("--lookup 2 on a q4 cache: greedy replies equal the plain q4 server's (rollback of quantized rows)", async () => {
   const q4 = ["-ctk", "q4", "-ctv", "q4"];
   const base = await replies(q4), got = await replies([...q4, "--lookup", "2"]);
-  assert.deepEqual(got.out, base.out);
+  // the requests one at a time: two at once on a q4 cache differ run to run on the plain
+  // server too (which slot, and so which cached prefix, a request lands on)
+  assert.deepEqual(got.out.slice(0, ASKS.length), base.out.slice(0, ASKS.length));
   assert.ok(got.drafted > 0 && got.accepted > 0);
 });
 

@@ -596,10 +596,10 @@ static void step(srv_server *s) {
     }
     pthread_mutex_lock(&s->mu);
     s->met.steps++;
-    srv_spec_commit(s);
+    int kept = srv_spec_commit(s); /* drafts kept: tokens beyond one per decoding slot */
     if (n_decode) {
         s->met.gen_seconds += dt;
-        double tps = n_decode / (dt > 1e-9 ? dt : 1e-9);
+        double tps = (n_decode + kept) / (dt > 1e-9 ? dt : 1e-9);
         s->met.gen_tps_ema = s->met.gen_tps_ema > 0 ? 0.8 * s->met.gen_tps_ema + 0.2 * tps : tps;
     }
     if (prefill >= 0) s->met.prompt_seconds += dt;

@@ -219,10 +219,12 @@ void srv_spec_verify(srv_server *s, int i, srv_sample_fn sample) {
     p->n_rows[i] = 1;
 }
 
-void srv_spec_commit(srv_server *s) {
+int srv_spec_commit(srv_server *s) {
     srv_spec *p = s->spec;
-    if (!p) return;
+    if (!p) return 0;
+    int kept = (int)p->accepted;
     s->met.draft_tokens += p->drafted;
     s->met.draft_accepted += p->accepted;
     p->drafted = p->accepted = 0;
+    return kept;
 }

@@ -19,7 +19,8 @@ typedef void (*srv_sample_fn)(srv_server *s, slot *sl, const float *logits);
 void srv_spec_verify(srv_server *s, int i, srv_sample_fn sample);
 /* The token for logits when sl->draft >= 0 is being verified (greedy: kvq_sample's choice). */
 int32_t srv_spec_pick(srv_server *s, slot *sl, const float *lg);
-/* Under the lock: the drafted and accepted counts since the last call into s->met. */
-void srv_spec_commit(srv_server *s);
+/* Under the lock: the drafted and accepted counts since the last call into s->met; returns
+ * the accepted ones (0 without speculation). */
+int srv_spec_commit(srv_server *s);
 
 #endif
