@@ -206,6 +206,9 @@ KVQ_API kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n);
  * n[i] tokens ids[i] at its own positions, with its own cache (a server's slots).
  * Each context's logits are as after kvq_eval. All contexts must share the model. */
 KVQ_API kvq_status kvq_eval_batch(kvq_context *const *ctx, const int32_t *const *ids, const int *n, int count);
+/* Turns logits_all on or off for the next evaluations (kvq_eval_batch then returns every row
+ * of this context: a server verifying several slots' drafts in one step). */
+KVQ_API kvq_status kvq_logits_all_set(kvq_context *c, int on);
 /* Tokens currently in the cache. */
 KVQ_API int kvq_n_past(const kvq_context *c);
 /* Positions the context holds (its n_ctx after defaults were applied). */

@@ -195,6 +195,18 @@ static kvq_status rope_follow(kvq_context *c, int n) {
     return s;
 }
 
+/* Room for rows of logits in c's device buffer. */
+static kvq_status grow_logits(kvq_context *c, int rows) {
+    if (rows <= c->logits_buf_rows) return KVQ_OK;
+    const kvq_dev *last = &c->m->dev[c->m->n_dev - 1];
+    kvq_buf *nb = last->be->buf_new(last->b, sizeof(float) * (size_t)rows * c->m->hp.n_vocab);
+    if (!nb) return kvq_fail(KVQ_ERR_NOMEM, "out of memory for %d rows of logits", rows);
+    last->be->buf_free(last->b, c->logits);
+    c->logits = nb;
+    c->logits_buf_rows = rows;
+    return KVQ_OK;
+}
+
 kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n) {
     const kvq_hparams *hp = &c->m->hp;
     kvq_status s = check_tokens(c, ids, n);
@@ -206,45 +218,49 @@ kvq_status kvq_eval(kvq_context *c, const int32_t *ids, int n) {
         c->logits_host = nl;
         c->logits_cap = rows;
     }
+    /* pieces of at most n_batch rows on the device (logits_all turned on after creation) */
+    if (c->p.logits_all && (s = grow_logits(c, rows < c->p.n_batch ? rows : c->p.n_batch))) return s;
     if (!(s = rope_follow(c, n))) s = eval_pieces(c, ids, n);
     c->logits_rows = s ? 0 : rows;
     return s;
 }
 
 /* One forward for all contexts when their tokens fit ctx[0]'s batch: the weights stream once
- * for every context's rows. Otherwise (or with logits_all) one context after the other. */
+ * for every context's rows (all of a logits_all context's rows come back, its last otherwise).
+ * Otherwise one context after the other. */
 kvq_status kvq_eval_batch(kvq_context *const *ctx, const int32_t *const *ids, const int *n, int count) {
     if (count <= 0 || !ctx || !ids || !n) return kvq_fail(KVQ_ERR_ARG, "kvq_eval_batch: nothing to evaluate");
-    int total = 0, any_all = 0;
+    int total = 0, rows = 0, serial = 0;
     kvq_status s;
     for (int i = 0; i < count; i++) {
         if (!ctx[i] || ctx[i]->m != ctx[0]->m) return kvq_fail(KVQ_ERR_ARG, "kvq_eval_batch: contexts must share one model");
         for (int j = 0; j < i; j++)
             if (ctx[j] == ctx[i]) return kvq_fail(KVQ_ERR_ARG, "kvq_eval_batch: context %d is also context %d", i, j);
         if ((s = check_tokens(ctx[i], ids[i], n[i]))) return s;
-        if (n[i] > ctx[i]->p.n_batch) any_all = 1;
-        any_all |= ctx[i]->p.logits_all;
+        if (n[i] > ctx[i]->p.n_batch) serial = 1;
         total += n[i];
+        rows += ctx[i]->p.logits_all ? n[i] : 1;
     }
     kvq_context *c = ctx[0];
-    if (count == 1 || any_all || total > c->p.n_batch) {
+    if (count == 1 || serial || total > c->p.n_batch) {
         for (int i = 0; i < count; i++)
             if ((s = kvq_eval(ctx[i], ids[i], n[i]))) return s;
         return KVQ_OK;
     }
-    const kvq_model *m = c->m;
-    const int nv = m->hp.n_vocab;
-    if (count > c->logits_buf_rows) {
-        const kvq_dev *last = &m->dev[m->n_dev - 1];
-        kvq_buf *nb = last->be->buf_new(last->b, sizeof(float) * (size_t)count * nv);
-        if (!nb) return KVQ_ERR_NOMEM;
-        last->be->buf_free(last->b, c->logits);
-        c->logits = nb;
-        c->logits_buf_rows = count;
+    const int nv = c->m->hp.n_vocab;
+    if ((s = grow_logits(c, rows))) return s;
+    for (int i = 0; i < count; i++) {
+        int k = ctx[i]->p.logits_all ? n[i] : 1;
+        if (k > ctx[i]->logits_cap) {
+            float *nl = realloc(ctx[i]->logits_host, sizeof(float) * (size_t)k * nv);
+            if (!nl) return kvq_fail(KVQ_ERR_NOMEM, "out of memory for %d rows of logits", k);
+            ctx[i]->logits_host = nl;
+            ctx[i]->logits_cap = k;
+        }
     }
     kvq_graph_seq *seqs = malloc(sizeof *seqs * (size_t)count);
     int32_t *all = malloc(sizeof(int32_t) * (size_t)total);
-    float *dst = malloc(sizeof(float) * (size_t)count * nv);
+    float *dst = malloc(sizeof(float) * (size_t)rows * nv);
     s = seqs && all && dst ? KVQ_OK : kvq_fail(KVQ_ERR_NOMEM, "out of memory for a batch of %d contexts", count);
     for (int i = 0, r = 0; !s && i < count; r += n[i], i++) {
         seqs[i] = (kvq_graph_seq){ctx[i], r, n[i]};
@@ -253,16 +269,24 @@ kvq_status kvq_eval_batch(kvq_context *const *ctx, const int32_t *const *ids, co
     /* a context crossing rope_orig_ctx first makes its own cache again, alone (rope_follow) */
     for (int i = 0; !s && i < count; i++) s = rope_follow(ctx[i], n[i]);
     if (!s) s = kvq_graph_forward(c, seqs, count, all, total, dst);
-    for (int i = 0; i < count; i++) {
+    for (int i = 0, o = 0; i < count; i++) {
+        int k = ctx[i]->p.logits_all ? n[i] : 1;
         if (!s) {
-            memcpy(ctx[i]->logits_host, dst + (size_t)i * nv, sizeof(float) * nv);
+            memcpy(ctx[i]->logits_host, dst + (size_t)o * nv, sizeof(float) * (size_t)k * nv);
             hist_push(ctx[i], ids[i], n[i]);
             ctx[i]->n_past += n[i];
         }
-        ctx[i]->logits_rows = s ? 0 : 1;
+        ctx[i]->logits_rows = s ? 0 : k;
+        o += k;
     }
     free(seqs), free(all), free(dst);
     return s;
+}
+
+kvq_status kvq_logits_all_set(kvq_context *c, int on) {
+    if (!c) return kvq_fail(KVQ_ERR_ARG, "kvq_logits_all_set: no context");
+    c->p.logits_all = on != 0; /* the logits' buffers grow at the next evaluation */
+    return KVQ_OK;
 }
 
 int kvq_n_past(const kvq_context *c) { return c->n_past; }

@@ -54,8 +54,8 @@ typedef struct {
 /* graph.c: one forward pass over n <= c->p.n_batch rows in c's activation buffers, made of
  * the tokens of one or more contexts (seqs, in row order; c itself first, at row 0). Each
  * context's rows go to its own cache at its positions n_past.. (n_past is not advanced).
- * Logits into dst: every row when there is one sequence and c->p.logits_all is set, else the
- * last row of each sequence (c->logits must hold n_seq rows). */
+ * Logits into dst, sequence after sequence: every row of one whose context has p.logits_all set,
+ * else its last row (c->logits must hold them all). */
 /* embeddings.c: adds n rows of final-normed hidden state (xb on device D) to c's sums; the
  * sums restart when these rows begin at position 0. */
 kvq_status kvq_embd_add(kvq_context *c, const kvq_dev *D, const kvq_buf *xb, int n);

@@ -233,13 +233,16 @@ kvq_status kvq_graph_forward(kvq_context *c, const kvq_graph_seq *seqs, int n_se
         norm(c, D, m->out_norm, A->x, A->xb, n);
         if ((s = kvq_embd_add(c, D, A->xb, n))) return s;
     }
-    /* LM head: every row for perplexity, otherwise the last row of each sequence, moved to
-     * row i (in order: a later sequence's last row lies past every row written before it). */
-    int rows = c->p.logits_all && n_seq == 1 ? n : n_seq;
+    /* LM head: every row of a sequence whose context has logits_all (perplexity, speculative
+     * verification), otherwise its last row; moved down in order (a later sequence's rows lie
+     * past every row written before them). */
+    int rows = 0;
+    for (int i = 0; i < n_seq; i++) rows += seqs[i].c->p.logits_all ? seqs[i].n : 1;
     if (rows != n)
-        for (int i = 0; i < n_seq; i++) {
-            size_t last = (size_t)(seqs[i].row0 + seqs[i].n - 1);
-            if (last != (size_t)i) D->be->copy(D->b, A->x, last * d * sizeof(float), A->x, (size_t)i * d * sizeof(float), d * sizeof(float));
+        for (int i = 0, o = 0; i < n_seq; i++) { /* a sequence with logits_all keeps all its rows */
+            int k = seqs[i].c->p.logits_all ? seqs[i].n : 1;
+            for (int j = seqs[i].row0 + seqs[i].n - k; j < seqs[i].row0 + seqs[i].n; j++, o++)
+                if (j != o) D->be->copy(D->b, A->x, (size_t)j * d * sizeof(float), A->x, (size_t)o * d * sizeof(float), d * sizeof(float));
         }
     norm(c, D, m->out_norm, A->x, A->xb, rows);
     D->be->matmul(D->b, m->lm_head, A->xb, c->logits, rows);

@@ -5,6 +5,8 @@
 //   node tests/server/bench.mjs [--server BUILD/kvq-server] [-m DIR] [-c N] [-n TOKENS] [-- extra server flags]
 // e.g. node tests/server/bench.mjs -m models/demo -c 1024 -- -ctk q4 -ctv q4 -t 2
 // Prints one line per level: server streams=<n> agg_tps=<x> ttft_ms=<x> kv_mib_per_stream=<x>
+// (--streams 1,8: the streams=1 line's TTFT is the prompt alone, the streams=8 line's beside 7
+// decoding streams, which are cut off once the probe has its token)
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import OpenAI from "openai";
@@ -31,22 +33,28 @@ const rnd = () => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed
 const prompt = (n) => [1, ...Array.from({ length: n - 1 }, () => 100 + (rnd() % (vocab - 100)))];
 
 // one stream: resolves to {tokens, ttft (ms), t0, tEnd}; `first` resolves at its first token
+// (abort() ends it early: the TTFT probe's neighbours stop once it has its first token)
 function stream(ids, max_tokens) {
   let markFirst;
   const first = new Promise((r) => { markFirst = r; });
+  const ac = new AbortController();
   const done = (async () => {
     const t0 = performance.now();
     let ttft = 0, usage = null;
-    const s = await client.completions.create({ model: "x", prompt: ids, max_tokens, temperature: 0, stream: true,
-                                               stream_options: { include_usage: true } });
-    for await (const ch of s) {
-      if (!ttft && ch.choices[0]) { ttft = performance.now() - t0; markFirst(); }
-      if (ch.usage) usage = ch.usage;
+    try {
+      const s = await client.completions.create({ model: "x", prompt: ids, max_tokens, temperature: 0, stream: true,
+                                                 stream_options: { include_usage: true } }, { signal: ac.signal });
+      for await (const ch of s) {
+        if (!ttft && ch.choices[0]) { ttft = performance.now() - t0; markFirst(); }
+        if (ch.usage) usage = ch.usage;
+      }
+    } catch (e) {
+      if (!ac.signal.aborted) throw e;
     }
     markFirst();
     return { tokens: usage ? usage.completion_tokens : 0, ttft, t0, tEnd: performance.now() };
   })();
-  return { first, done };
+  return { first, done, abort: () => ac.abort() };
 }
 
 const kvTotal = await metric(srv.url, "kv_cache_bytes_total");
@@ -62,6 +70,7 @@ for (const n of levels) {
   const others = Array.from({ length: n - 1 }, () => stream(prompt(32), 4 * nGen));
   await Promise.all(others.map((o) => o.first));
   const probe = await stream(prompt(128), 1).done;
+  others.forEach((o) => o.abort());
   await Promise.all(others.map((o) => o.done));
   console.log(`server streams=${n} agg_tps=${agg.toFixed(1)} ttft_ms=${probe.ttft.toFixed(1)} kv_mib_per_stream=${kvPerStream.toFixed(3)}`);
 }

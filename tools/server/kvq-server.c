@@ -45,6 +45,10 @@ static void usage(FILE *f) {
             "  --api-key KEY         require 'Authorization: Bearer KEY' (all routes but / and /health)\n"
             "  --slot-save-path DIR  where POST /slots/{id}?action=save|restore keep slots' KV caches\n"
             "  --prefix-cache MIB    keep evicted slots' caches in DIR (up to MIB) for new requests sharing their prefix\n"
+            "  --draft DIR           speculative decoding with a smaller model of the same tokenizer as drafter\n"
+            "  --lookup N            speculative decoding by prompt lookup: drafts continue the context's last N tokens\n"
+            "  --draft-max K         drafts per slot and step (default 8 with --draft, 6 with --lookup; at most 16)\n"
+            "  --draft-min-p P       --draft stops drafting when its top probability is below P (default 0: off)\n"
             "  -h, --help            this help\n"
             "  --version             print the version\n"
             "Routes: POST /v1/chat/completions, /v1/completions, /v1/embeddings, /tokenize, /detokenize;\n"
@@ -86,6 +90,10 @@ static int parse(int argc, char **argv, srv_opts *o) {
         else if (IS("--prefix-cache", "--prefix-cache")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 24, &o->prefix_mib)) goto bad; }
         else if (IS("--queue", "--queue")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 20, &o->queue)) goto bad; }
         else if (IS("--chunk", "--chunk")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->chunk)) goto bad; }
+        else if (IS("--draft", "-md")) { NEED_ARG(); o->draft_dir = v; }
+        else if (IS("--lookup", "--lookup")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 64, &o->lookup_n)) goto bad; }
+        else if (IS("--draft-max", "--draft-max")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 16, &o->draft_max)) goto bad; }
+        else if (IS("--draft-min-p", "--draft-min-p")) { NEED_ARG(); if (kvq_tool_parse_float(v, &o->draft_min_p) || o->draft_min_p < 0 || o->draft_min_p > 1) goto bad; }
         else return kvq_tool_die(P, "unknown option '%s' (see --help)", a) + 1;
         continue;
     bad:

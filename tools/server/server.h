@@ -155,6 +155,7 @@ typedef struct srv_req {
     int n_lp, cap_lp, lp_sent;
     int n_gen, n_cached; /* tokens generated; prompt tokens reused from a slot's cache */
     int n_disk;          /* of n_cached, restored from the disk prefix cache */
+    int draft_n, draft_accepted; /* speculative decoding: tokens drafted, and of them accepted */
     /* n > 1: choice `index` of a request; the others point at choice 0 (lead) and, while
      * wait_lead, hold a slot that takes a copy of the lead's cache once its prompt is read */
     struct srv_req *lead;
@@ -170,6 +171,7 @@ typedef struct srv_metrics {
     double prompt_seconds, gen_seconds, gen_tps_ema;
     /* --prefix-cache: restores, the prompt tokens they gave, files written; files and bytes held */
     unsigned long prefix_hits, prefix_tokens, prefix_saves, prefix_files, prefix_bytes;
+    unsigned long draft_tokens, draft_accepted; /* --draft/--lookup: tokens drafted, and accepted */
 } srv_metrics;
 
 typedef struct srv_server srv_server;
@@ -181,6 +183,9 @@ typedef struct {
     int type_k, type_v, kv_rotate, aqlm_cb8, aqlm_lut8, aqlm_i8, exact;
     const char *slot_save_path; /* --slot-save-path: the directory slot save/restore files live in */
     long prefix_mib; /* --prefix-cache MIB: slots' caches kept in slot_save_path for new requests; 0 off */
+    const char *draft_dir; /* --draft: the draft model; or --lookup N (prompt lookup); both unset: off */
+    long lookup_n, draft_max;
+    double draft_min_p;
 } srv_opts;
 
 /* Loads nothing: takes the model, makes one context per slot and starts the scheduler thread. */
@@ -249,6 +254,8 @@ enum { SRV_ROUTE_CHAT, SRV_ROUTE_COMPLETION, SRV_ROUTE_MODELS, SRV_ROUTE_HEALTH,
        SRV_ROUTE_DETOKENIZE, SRV_ROUTE_METRICS, SRV_ROUTE_UI, SRV_ROUTE_SLOTS, SRV_ROUTE_EMBEDDINGS, SRV_N_ROUTES };
 /* Prometheus text exposition of a snapshot; malloc'd. */
 char *srv_metrics_text(const srv_snapshot *sn);
+/* GET /stats: the snapshot's counters as JSON. */
+struct cJSON *srv_stats_json(const srv_snapshot *sn);
 
 /* ---- server_http.c --------------------------------------------------------- */
 typedef struct srv_http srv_http;

@@ -90,9 +90,10 @@ static cJSON *usage_json(const srv_choices *c) {
 static cJSON *timings_json(const srv_choices *c) {
     const srv_req *r = c->r[0];
     double pd = r->t_prompt_done > 0 ? r->t_prompt_done : r->t_done, end = r->t_done;
-    int gen = 0;
+    int gen = 0, dn = 0, da = 0;
     for (int i = 0; i < c->n; i++) {
         gen += c->r[i]->n_gen;
+        dn += c->r[i]->draft_n, da += c->r[i]->draft_accepted;
         if (c->r[i]->t_done > end) end = c->r[i]->t_done;
     }
     cJSON *t = cJSON_CreateObject();
@@ -103,6 +104,8 @@ static cJSON *timings_json(const srv_choices *c) {
     cJSON_AddNumberToObject(t, "predicted_n", gen);
     cJSON_AddNumberToObject(t, "predicted_ms", 1e3 * (end - pd));
     cJSON_AddNumberToObject(t, "predicted_per_second", end > pd ? gen / (end - pd) : 0);
+    cJSON_AddNumberToObject(t, "draft_n", dn);
+    cJSON_AddNumberToObject(t, "draft_n_accepted", da);
     return t;
 }
 

@@ -140,6 +140,8 @@ static cJSON *timings_json(const srv_req *r) {
     cJSON_AddNumberToObject(t, "predicted_n", r->n_gen);
     cJSON_AddNumberToObject(t, "predicted_ms", 1e3 * gen_s);
     cJSON_AddNumberToObject(t, "predicted_per_second", gen_s > 0 ? r->n_gen / gen_s : 0);
+    cJSON_AddNumberToObject(t, "draft_n", r->draft_n); /* --draft/--lookup: tokens drafted, accepted */
+    cJSON_AddNumberToObject(t, "draft_n_accepted", r->draft_accepted);
     return t;
 }
 
@@ -676,6 +678,14 @@ static mhd_result metrics(srv_http *h, struct MHD_Connection *c) {
     return send_buf(h, c, SRV_ROUTE_METRICS, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t), NULL, NULL);
 }
 
+/* GET /stats: the counters as JSON (counted with /metrics) */
+static mhd_result stats(srv_http *h, struct MHD_Connection *c) {
+    srv_snapshot sn;
+    srv_snapshot_get(h->s, &sn);
+    cJSON *j = srv_stats_json(&sn);
+    return j ? send_json(h, c, SRV_ROUTE_METRICS, 200, j) : MHD_NO;
+}
+
 static mhd_result ui(srv_http *h, struct MHD_Connection *c) {
     struct MHD_Response *r = MHD_create_response_from_buffer(kvq_server_ui_len, (void *)kvq_server_ui, MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
@@ -699,7 +709,7 @@ static const struct {
     {"/tokenize", SRV_ROUTE_TOKENIZE, 1}, {"/detokenize", SRV_ROUTE_DETOKENIZE, 1},
     {"/v1/models", SRV_ROUTE_MODELS, 0}, {"/models", SRV_ROUTE_MODELS, 0},
     {"/health", SRV_ROUTE_HEALTH, 0}, {"/v1/health", SRV_ROUTE_HEALTH, 0},
-    {"/metrics", SRV_ROUTE_METRICS, 0}, {"/", SRV_ROUTE_UI, 0}, {"/index.html", SRV_ROUTE_UI, 0},
+    {"/metrics", SRV_ROUTE_METRICS, 0}, {"/stats", SRV_ROUTE_METRICS, 0}, {"/", SRV_ROUTE_UI, 0}, {"/index.html", SRV_ROUTE_UI, 0},
 };
 
 static int authorized(srv_http *h, struct MHD_Connection *c) {
@@ -783,7 +793,7 @@ static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url, 
     case SRV_ROUTE_DETOKENIZE: return detokenize(h, c, b);
     case SRV_ROUTE_MODELS: return models(h, c);
     case SRV_ROUTE_HEALTH: return health(h, c);
-    case SRV_ROUTE_METRICS: return metrics(h, c);
+    case SRV_ROUTE_METRICS: return strcmp(url, "/stats") ? metrics(h, c) : stats(h, c);
     case SRV_ROUTE_SLOTS: return slots(h, c, url, b);
     case SRV_ROUTE_EMBEDDINGS: {
         cJSON *j = srv_embeddings(h->s, h->model_name, b->p, b->n, &e);

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "server.h"
 
 typedef struct {
@@ -71,6 +73,8 @@ char *srv_metrics_text(const srv_snapshot *sn) {
     metric(&b, "prefix_cache_saves_total", "counter", "Slot caches written to the disk prefix cache.", (double)m->prefix_saves);
     metric(&b, "prefix_cache_files", "gauge", "Files in the disk prefix cache.", (double)m->prefix_files);
     metric(&b, "prefix_cache_bytes", "gauge", "Bytes of the disk prefix cache's files.", (double)m->prefix_bytes);
+    metric(&b, "draft_tokens_total", "counter", "Tokens drafted for speculative decoding (--draft, --lookup).", (double)m->draft_tokens);
+    metric(&b, "draft_tokens_accepted_total", "counter", "Drafted tokens the model's own choice kept.", (double)m->draft_accepted);
     metric(&b, "slots_total", "gauge", "Slots (-np).", sn->slots);
     metric(&b, "slots_busy", "gauge", "Slots running a request.", sn->busy);
     metric(&b, "queue_length", "gauge", "Requests waiting for a slot.", sn->queued);
@@ -81,4 +85,21 @@ char *srv_metrics_text(const srv_snapshot *sn) {
         return NULL;
     }
     return b.p;
+}
+
+cJSON *srv_stats_json(const srv_snapshot *sn) {
+    const srv_metrics *m = &sn->m;
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    cJSON_AddNumberToObject(j, "prompt_tokens", (double)m->prompt_tokens);
+    cJSON_AddNumberToObject(j, "prompt_tokens_cached", (double)m->prompt_tokens_cached);
+    cJSON_AddNumberToObject(j, "generated_tokens", (double)m->gen_tokens);
+    cJSON_AddNumberToObject(j, "steps", (double)m->steps);
+    cJSON_AddNumberToObject(j, "draft_n", (double)m->draft_tokens);
+    cJSON_AddNumberToObject(j, "draft_n_accepted", (double)m->draft_accepted);
+    cJSON_AddNumberToObject(j, "draft_accept_rate", m->draft_tokens ? (double)m->draft_accepted / m->draft_tokens : 0);
+    cJSON_AddNumberToObject(j, "slots", sn->slots);
+    cJSON_AddNumberToObject(j, "slots_busy", sn->busy);
+    cJSON_AddNumberToObject(j, "queued", sn->queued);
+    return j;
 }

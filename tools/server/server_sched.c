@@ -13,6 +13,7 @@
 #include "common.h"
 #include "server.h"
 #include "server_sched.h"
+#include "server_spec.h"
 
 int srv_buf_add(srv_buf *b, const char *s, size_t k) {
     if (b->n + k + 1 > b->cap) {
@@ -411,7 +412,8 @@ static void sample_next(srv_server *s, slot *sl, const float *lg) {
             if (sl->counts[sl->gen[i]] < 0) sl->counts[sl->gen[i]] = -sl->counts[sl->gen[i]];
         lg = s->logits;
     }
-    int32_t id = r->json ? kvq_json_constraint_sample(r->json, sl->smp, lg, s->n_vocab) : kvq_sample(sl->smp, lg, s->n_vocab);
+    int32_t id = r->json ? kvq_json_constraint_sample(r->json, sl->smp, lg, s->n_vocab)
+                 : sl->draft >= 0 ? srv_spec_pick(s, sl, lg) : kvq_sample(sl->smp, lg, s->n_vocab);
     if (!r->t_first) r->t_first = kvq_tool_now();
     if (id < 0 || kvq_token_is_eog(s->tok, id)) {
         flush_text(sl, SRV_FINISH_STOP);
@@ -519,12 +521,16 @@ static void step(srv_server *s) {
         if (s->slots[i].r && s->slots[i].r->echo && s->slots[i].r->logprobs && s->slots[i].r->n_scored < s->slots[i].r->n_prompt)
             scored = i;
     int score_err = scored >= 0 ? score_chunk(s, &s->slots[scored]) : 0;
+    int budget = 0; /* speculation: rows left in the batch beside the decode rows and a prompt chunk */
+    for (int i = 0; s->spec && i < s->n_slots; i++) budget += s->slots[i].r && s->slots[i].has_pending;
+    if (budget) budget = ((s->cp.n_batch ? s->cp.n_batch : kvq_context_default_params().n_batch) - budget - s->chunk) / budget;
+    if (s->spec) srv_spec_draft_all(s, budget);
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->r && sl->has_pending) {
             ctx[count] = sl->c;
             ids[count] = &sl->pending;
-            n[count] = 1;
+            n[count] = s->spec ? srv_spec_rows(s, i, &ids[count]) : 1;
             who[count++] = i;
             n_decode++;
         }
@@ -574,7 +580,8 @@ static void step(srv_server *s) {
         } else if (sl->has_pending) {
             sl->ids[sl->n_ids++] = sl->pending;
             sl->has_pending = 0;
-            sample_next(s, sl, kvq_logits(sl->c));
+            if (n[j] > 1) srv_spec_verify(s, who[j], sample_next);
+            else sample_next(s, sl, kvq_logits(sl->c));
         } else {
             memcpy(sl->ids + sl->n_ids, ids[j], sizeof **ids * (size_t)n[j]);
             sl->n_ids += n[j];
@@ -589,9 +596,10 @@ static void step(srv_server *s) {
     }
     pthread_mutex_lock(&s->mu);
     s->met.steps++;
+    int kept = srv_spec_commit(s); /* drafts kept: tokens beyond one per decoding slot */
     if (n_decode) {
         s->met.gen_seconds += dt;
-        double tps = n_decode / (dt > 1e-9 ? dt : 1e-9);
+        double tps = (n_decode + kept) / (dt > 1e-9 ? dt : 1e-9);
         s->met.gen_tps_ema = s->met.gen_tps_ema > 0 ? 0.8 * s->met.gen_tps_ema + 0.2 * tps : tps;
     }
     if (prefill >= 0) s->met.prompt_seconds += dt;
@@ -602,6 +610,7 @@ static void step(srv_server *s) {
         if (st != KVQ_OK && ctx[j]) {
             srv_fail(&r->err, 500, NULL, "evaluation failed: %s", kvq_last_error());
             kvq_kv_truncate(sl->c, 0);
+            kvq_logits_all_set(sl->c, 0); /* a slot that was verifying drafts */
             sl->n_ids = sl->n_saved = 0;
             finish_slot(s, sl, SRV_FINISH_STOP);
             continue;
@@ -722,12 +731,13 @@ int srv_sched_start(srv_server **out, const srv_opts *o, kvq_model *m) {
         sl->gen = malloc(sizeof *sl->gen * (size_t)(s->n_ctx + 1));
         sl->counts = calloc((size_t)s->n_vocab, sizeof *sl->counts);
         sl->saved = malloc(sizeof *sl->saved * (size_t)s->n_vocab);
+        sl->draft = -1;
         if (!sl->ids || !sl->gen || !sl->counts || !sl->saved) return kvq_tool_die(SRV_PROG, "out of memory");
         s->kv_total += kvq_kv_bytes_total(sl->c);
     }
     s->cp = cp;
     s->cp.n_ctx = s->n_ctx;
-    if (srv_prefix_open(s, o)) return 1;
+    if (srv_prefix_open(s, o) || srv_spec_start(s, o)) return 1;
     if (pthread_create(&s->th, NULL, sched_main, s)) return kvq_tool_die(SRV_PROG, "cannot start the scheduler thread");
     s->started = 1;
     return 0;
@@ -762,6 +772,7 @@ void srv_sched_free(srv_server *s) {
     kvq_context_free(s->score);
     kvq_context_free(s->embd);
     srv_prefix_free(s);
+    srv_spec_free(s);
     free(s->slots);
     free(s->logits);
     pthread_mutex_destroy(&s->mu);

@@ -7,12 +7,15 @@
 
 #include "server.h"
 
+typedef struct srv_spec srv_spec;
+
 typedef struct {
     kvq_context *c;
     int32_t *ids; /* tokens in the cache: n_ids == kvq_n_past(c) */
     int n_ids;
     srv_req *r;          /* NULL: free */
     int32_t pending;     /* sampled, to be evaluated at the next step */
+    int32_t draft;       /* >= 0: the draft the next sample verifies (server_spec.c) */
     int has_pending;
     kvq_sampler *smp;
     kvq_detok *dt;
@@ -65,6 +68,7 @@ struct srv_server {
     struct srv_prefix *prefix; /* --prefix-cache, or NULL */
     kvq_context *embd;         /* /v1/embeddings' context, made at the first request */
     struct embd_job *embd_jobs;
+    struct srv_spec *spec; /* --draft / --lookup, or NULL */
 };
 
 /* server_slots.c, under the lock: runs the queued slot actions whose slot is free (dropping the

@@ -1,0 +1,100 @@
+/* kvq_eval_batch with a context whose logits_all was turned on (kvq_logits_all_set), as
+ * kvq-server verifies several slots' drafts in one step: that context gets every row, each
+ * as the same tokens evaluated one at a time give, beside a context getting its last row only;
+ * turned off again, one row. f32 and q4 caches, on the demo model (CPU). */
+#include <stdio.h>
+
+#include "kvq.h"
+#include "testutil.h"
+
+static kvq_model *g_m;
+
+static int setup(void **state) {
+    (void)state;
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = "cpu";
+    mp.n_threads = 1;
+    if (kvq_model_load(KVQ_SOURCE_DIR "/models/demo", &mp, &g_m) != KVQ_OK) fail_msg("load: %s", kvq_last_error());
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    kvq_model_free(g_m);
+    return 0;
+}
+
+static kvq_context *new_ctx(kvq_cache_type t) {
+    kvq_context_params cp = kvq_context_default_params();
+    cp.n_ctx = 128;
+    cp.n_batch = 32;
+    cp.type_k = cp.type_v = t;
+    kvq_context *c = NULL;
+    if (kvq_context_new(g_m, &cp, &c) != KVQ_OK) fail_msg("context: %s", kvq_last_error());
+    return c;
+}
+
+static void rows_match(kvq_cache_type t, const char *name) {
+    enum { ROWS = 5 };
+    const int32_t prompt[] = {1, 450, 432, 2462, 1497, 393, 278, 4272, 310};
+    const int np = (int)(sizeof prompt / sizeof *prompt);
+    const int32_t rows[ROWS] = {14, 29871, 450, 278, 4272};
+    const int nv = kvq_model_n_vocab(g_m);
+    kvq_context *a = new_ctx(t), *b = new_ctx(t), *ref_a = new_ctx(t), *ref_b = new_ctx(t);
+    assert_int_equal(kvq_eval(a, prompt, np), KVQ_OK);
+    assert_int_equal(kvq_eval(ref_a, prompt, np), KVQ_OK);
+    assert_int_equal(kvq_eval(b, prompt, 4), KVQ_OK);
+    assert_int_equal(kvq_eval(ref_b, prompt, 4), KVQ_OK);
+
+    assert_int_equal(kvq_logits_all_set(a, 1), KVQ_OK);
+    kvq_context *ctx[2] = {b, a}; /* the all-rows context second: its rows follow b's last */
+    const int32_t *ids[2] = {prompt + 4, rows};
+    const int n[2] = {3, ROWS};
+    assert_int_equal(kvq_eval_batch(ctx, ids, n, 2), KVQ_OK);
+    assert_int_equal(kvq_n_past(a), np + ROWS);
+    assert_int_equal(kvq_n_past(b), 7);
+    assert_null(kvq_logits_row(a, ROWS));
+    assert_null(kvq_logits_row(b, 1));
+    double worst = 0;
+    for (int i = 0; i < ROWS; i++) {
+        assert_int_equal(kvq_eval(ref_a, rows + i, 1), KVQ_OK);
+        double e = tu_rel_l2(kvq_logits_row(a, i), kvq_logits(ref_a), (size_t)nv);
+        worst = e > worst ? e : worst;
+    }
+    assert_int_equal(kvq_eval(ref_b, prompt + 4, 3), KVQ_OK);
+    double eb = tu_rel_l2(kvq_logits(b), kvq_logits(ref_b), (size_t)nv);
+    print_message("%s cache: all rows vs one at a time, worst rel %.2e; the other context's last row %.2e\n", name, worst, eb);
+    assert_true(worst <= 1e-4);
+    assert_true(eb <= 1e-4);
+
+    /* rolled back past two rows and off again: one row, as after plain decoding */
+    assert_int_equal(kvq_kv_truncate(a, np + 3), KVQ_OK);
+    assert_int_equal(kvq_kv_truncate(ref_a, np + 3), KVQ_OK);
+    assert_int_equal(kvq_logits_all_set(a, 0), KVQ_OK);
+    const int32_t next = 13;
+    ids[0] = &next, ids[1] = &next;
+    const int one[2] = {1, 1};
+    assert_int_equal(kvq_eval_batch(ctx, ids, one, 2), KVQ_OK);
+    assert_null(kvq_logits_row(a, 1));
+    assert_int_equal(kvq_eval(ref_a, &next, 1), KVQ_OK);
+    assert_true(tu_rel_l2(kvq_logits(a), kvq_logits(ref_a), (size_t)nv) <= 1e-4);
+    kvq_context_free(a), kvq_context_free(b), kvq_context_free(ref_a), kvq_context_free(ref_b);
+}
+
+static void test_rows_f32(void **state) {
+    (void)state;
+    rows_match(KVQ_CACHE_F32, "f32");
+}
+
+static void test_rows_q4(void **state) {
+    (void)state;
+    rows_match(KVQ_CACHE_Q4, "q4");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rows_f32),
+        cmocka_unit_test(test_rows_q4),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
