@@ -252,3 +252,20 @@ int kvq_spec_step(kvq_spec *s, kvq_sampler *smp, int32_t *out, int cap) {
     if (s->drf && s->drf->n_past > s->n_hist - 1 && (st = kvq_kv_truncate(s->drf, s->n_hist - 1))) return -1;
     return n_out;
 }
+
+/* A conversation keeps its caches between turns (and re-evaluates after a context shift), so
+ * the history is the caller's: the draft keeps only the prefix it shares with the new one. */
+kvq_status kvq_spec_sync(kvq_spec *s, const int32_t *ids, int n) {
+    if (!s || !ids || n <= 0 || n != s->tgt->n_past)
+        return kvq_fail(KVQ_ERR_ARG, "kvq_spec_sync: the target's cache must hold exactly the %d tokens given", n);
+    if (s->drf) {
+        int p = 0, have = s->drf->n_past < s->n_hist ? s->drf->n_past : s->n_hist;
+        while (p < have && p < n && s->hist[p] == ids[p]) p++;
+        if (p == n) p = n - 1; /* a truncated cache keeps stale logits: evaluate the last again */
+        kvq_status st = kvq_kv_truncate(s->drf, p);
+        if (st) return st;
+    }
+    s->n_hist = 0;
+    s->pending = 0;
+    return hist_push(s, ids, n);
+}
