@@ -124,8 +124,10 @@ void kvq_spec_stats(const kvq_spec *s, uint64_t *drafted, uint64_t *accepted) {
 kvq_status kvq_spec_prompt(kvq_spec *s, const int32_t *ids, int n) {
     if (s->pending || n <= 0) return kvq_fail(KVQ_ERR_ARG, "kvq_spec_prompt: only before the first step, with tokens");
     kvq_status st = kvq_eval(s->tgt, ids, n);
+    /* the draft reads it now too, so a step's time is drafting and verifying alone */
+    if (!st && s->drf) st = kvq_eval(s->drf, ids, n);
     if (!st) st = hist_push(s, ids, n);
-    return st; /* the draft catches up in the first step */
+    return st;
 }
 
 /* Up to k tokens that followed the most recent earlier occurrence of hist's last lookup_n tokens. */

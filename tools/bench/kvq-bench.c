@@ -10,6 +10,7 @@ int kvq_bench_aqlm(int argc, char **argv);
 int kvq_bench_model(int argc, char **argv);
 int kvq_bench_vk_aqlm(int argc, char **argv);
 int kvq_bench_longctx(int argc, char **argv);
+int kvq_bench_spec(int argc, char **argv);
 
 static const struct {
     const char *name, *help;
@@ -18,6 +19,7 @@ static const struct {
     {"attn", "decode attention from f16/q8/q4 KV caches (tools/bench/bench_attn.c)", kvq_bench_attn},
     {"aqlm", "AQLM decode GEMV (tools/bench/bench_aqlm.c)", kvq_bench_aqlm},
     {"model", "whole-model prompt and decode speed (tools/bench/bench_model.c)", kvq_bench_model},
+    {"spec", "speculative decoding against plain decode, same run (tools/bench/bench_spec.c)", kvq_bench_spec},
     {"longctx-model", "writes a random long-context model and token stream for kvq-ppl's KL check (tools/bench/bench_longctx.c)",
      kvq_bench_longctx},
 };
