@@ -241,8 +241,7 @@ int kvq_bench_spec(int argc, char **argv) {
     int same = !memcmp(base, got, sizeof *base * (size_t)n);
     /* tokens per verify forward (the first token comes from the prompt's logits) */
     double per_step = (double)(n - 1) / steps;
-    char name[64];
-    snprintf(name, sizeof name, "%s", self ? "self" : draft ? draft : "lookup");
+    const char *name = self ? "self" : draft ? draft : "lookup";
     printf("spec draft=%s k=%ld n=%ld drafted=%llu accepted=%llu accept_rate=%.3f tokens_per_step=%.2f tg_tps=%.3f "
            "tg_base_tps=%.3f speedup=%.3f verify_ratio=%.3f free_draft_speedup=%.3f same=%d\n",
            name, k, n, (unsigned long long)drafted, (unsigned long long)accepted,
