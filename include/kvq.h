@@ -270,8 +270,13 @@ KVQ_API kvq_status kvq_vocab_check(const kvq_model *target, const kvq_model *dra
 /* target and p->draft must be empty (n_past 0); they stay the caller's to free, after s. */
 KVQ_API kvq_status kvq_spec_new(kvq_context *target, const kvq_spec_params *p, kvq_spec **out);
 KVQ_API void kvq_spec_free(kvq_spec *s);
-/* Evaluates the prompt on the target (and the draft). */
+/* Evaluates the prompt on the target and the draft. */
 KVQ_API kvq_status kvq_spec_prompt(kvq_spec *s, const int32_t *ids, int n);
+/* Instead of kvq_spec_prompt, at any point: the target's cache holds exactly ids[0..n) (its
+ * n_past, evaluated by the caller, ids[n-1]'s logits current), e.g. a conversation's next turn or
+ * a cache rebuilt after a context shift. The next step starts from those logits; the draft's cache
+ * keeps the prefix it shares with the tokens it saw before. */
+KVQ_API kvq_status kvq_spec_sync(kvq_spec *s, const int32_t *ids, int n);
 /* Generates 1..cap tokens into out with smp (each one recorded with kvq_sampler_accept) and
  * returns how many, or -1 on error (kvq_last_error). The last one is not yet in the caches:
  * the next step evaluates it first. */

@@ -124,8 +124,10 @@ void kvq_spec_stats(const kvq_spec *s, uint64_t *drafted, uint64_t *accepted) {
 kvq_status kvq_spec_prompt(kvq_spec *s, const int32_t *ids, int n) {
     if (s->pending || n <= 0) return kvq_fail(KVQ_ERR_ARG, "kvq_spec_prompt: only before the first step, with tokens");
     kvq_status st = kvq_eval(s->tgt, ids, n);
+    /* the draft reads it now too, so a step's time is drafting and verifying alone */
+    if (!st && s->drf) st = kvq_eval(s->drf, ids, n);
     if (!st) st = hist_push(s, ids, n);
-    return st; /* the draft catches up in the first step */
+    return st;
 }
 
 /* Up to k tokens that followed the most recent earlier occurrence of hist's last lookup_n tokens. */
@@ -251,4 +253,21 @@ int kvq_spec_step(kvq_spec *s, kvq_sampler *smp, int32_t *out, int cap) {
     if ((st = hist_push(s, s->drafts, a)) || (st = hist_push(s, &t, 1))) return -1;
     if (s->drf && s->drf->n_past > s->n_hist - 1 && (st = kvq_kv_truncate(s->drf, s->n_hist - 1))) return -1;
     return n_out;
+}
+
+/* A conversation keeps its caches between turns (and re-evaluates after a context shift), so
+ * the history is the caller's: the draft keeps only the prefix it shares with the new one. */
+kvq_status kvq_spec_sync(kvq_spec *s, const int32_t *ids, int n) {
+    if (!s || !ids || n <= 0 || n != s->tgt->n_past)
+        return kvq_fail(KVQ_ERR_ARG, "kvq_spec_sync: the target's cache must hold exactly the %d tokens given", n);
+    if (s->drf) {
+        int p = 0, have = s->drf->n_past < s->n_hist ? s->drf->n_past : s->n_hist;
+        while (p < have && p < n && s->hist[p] == ids[p]) p++;
+        if (p == n) p = n - 1; /* a truncated cache keeps stale logits: evaluate the last again */
+        kvq_status st = kvq_kv_truncate(s->drf, p);
+        if (st) return st;
+    }
+    s->n_hist = 0;
+    s->pending = 0;
+    return hist_push(s, ids, n);
 }

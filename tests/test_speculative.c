@@ -109,6 +109,69 @@ static void test_greedy_identity(void **state) {
         }
 }
 
+/* kvq_spec_sync as a conversation uses it: the caller evaluates the prompt, keeps 5 of the
+ * first 12 generated tokens, adds a "turn" of its own and goes on; same tokens as plain decode. */
+static void sync_run(int spec, int use_draft, int32_t *out) {
+    int32_t ids[160], turn[3] = {464, 4272, 338}, *got = ids;
+    int n = prompt(ids), half = N_GEN / 2;
+    kvq_context *c = new_ctx(KVQ_CACHE_Q4), *d = use_draft ? new_ctx(KVQ_CACHE_Q4) : NULL;
+    kvq_spec_params p = kvq_spec_default_params();
+    p.draft = d, p.lookup_n = 2, p.draft_max = 3;
+    kvq_spec *s = NULL;
+    if (spec && kvq_spec_new(c, &p, &s) != KVQ_OK) fail_msg("spec: %s", kvq_last_error());
+    kvq_sampler_params sp = kvq_sampler_default_params();
+    sp.temp = 0;
+    kvq_sampler *smp = kvq_sampler_new(&sp);
+    assert_int_equal(kvq_eval(c, ids, n), KVQ_OK);
+    for (int part = 0; part < 2; part++) {
+        if (s) assert_int_equal(kvq_spec_sync(s, ids, kvq_n_past(c)), KVQ_OK);
+        for (int k = 0; k < half;) {
+            int32_t buf[8];
+            int r = s ? kvq_spec_step(s, smp, buf, half - k < 8 ? half - k : 8) : 1;
+            if (!s) buf[0] = kvq_sample(smp, kvq_logits(c), kvq_model_n_vocab(g_m));
+            if (!s) assert_int_equal(kvq_eval(c, buf, 1), KVQ_OK);
+            if (r <= 0) fail_msg("step: %s", kvq_last_error());
+            memcpy(out + part * half + k, buf, sizeof *buf * (size_t)r);
+            k += r;
+        }
+        if (part) break;
+        memcpy(got + n, out, sizeof *out * 5);
+        memcpy(got + n + 5, turn, sizeof turn);
+        assert_int_equal(kvq_kv_truncate(c, n + 5), KVQ_OK);
+        assert_int_equal(kvq_eval(c, turn, 3), KVQ_OK);
+        n += 8;
+    }
+    if (s && use_draft) { /* itself as draft always drafts (lookup may find no repeat here) */
+        uint64_t dr = 0;
+        kvq_spec_stats(s, &dr, NULL);
+        assert_true(dr > 0);
+    }
+    kvq_spec_free(s);
+    kvq_sampler_free(smp);
+    kvq_context_free(c);
+    kvq_context_free(d);
+}
+
+static void test_sync(void **state) {
+    (void)state;
+    if (!g_m) skip();
+    int32_t ref[N_GEN], got[N_GEN];
+    sync_run(0, 0, ref);
+    for (int use_draft = 0; use_draft < 2; use_draft++) {
+        sync_run(1, use_draft, got);
+        for (int i = 0; i < N_GEN; i++)
+            if (ref[i] != got[i]) fail_msg("sync, %s: token %d is %d, plain decode %d", use_draft ? "draft" : "lookup", i, got[i], ref[i]);
+    }
+    /* the cache must hold what it is told */
+    kvq_context *c = new_ctx(KVQ_CACHE_F16);
+    kvq_spec *s = NULL;
+    kvq_spec_params p = kvq_spec_default_params();
+    assert_int_equal(kvq_spec_new(c, &p, &s), KVQ_OK);
+    assert_int_equal(kvq_spec_sync(s, ref, 4), KVQ_ERR_ARG);
+    kvq_spec_free(s);
+    kvq_context_free(c);
+}
+
 /* Draws from q, verified against p, must be distributed as p (chi-square, 5 cells). */
 static void test_verify_rule(void **state) {
     (void)state;
@@ -162,6 +225,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_verify_rule),
         cmocka_unit_test(test_greedy_identity),
+        cmocka_unit_test(test_sync),
         cmocka_unit_test(test_vocab_mismatch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -11,6 +11,7 @@ int kvq_bench_model(int argc, char **argv);
 int kvq_bench_vk_aqlm(int argc, char **argv);
 int kvq_bench_longctx(int argc, char **argv);
 int kvq_bench_step(int argc, char **argv);
+int kvq_bench_spec(int argc, char **argv);
 
 static const struct {
     const char *name, *help;
@@ -20,6 +21,7 @@ static const struct {
     {"aqlm", "AQLM decode GEMV (tools/bench/bench_aqlm.c)", kvq_bench_aqlm},
     {"step", "AQLM matmul of a 1-16 token step, CPU time, and its ceilings (tools/bench/bench_step.c)", kvq_bench_step},
     {"model", "whole-model prompt and decode speed (tools/bench/bench_model.c)", kvq_bench_model},
+    {"spec", "speculative decoding against plain decode, same run (tools/bench/bench_spec.c)", kvq_bench_spec},
     {"longctx-model", "writes a random long-context model and token stream for kvq-ppl's KL check (tools/bench/bench_longctx.c)",
      kvq_bench_longctx},
 };

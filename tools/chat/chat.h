@@ -21,7 +21,32 @@ typedef struct {
     kvq_sampler_params sp;
     int type_k, type_v, kv_rotate, print_ids, verbose_prompt, no_display_prompt, chat, ignore_eos, aqlm_cb8, aqlm_lut8, aqlm_i8, exact;
     int ngl; /* -ngl: layers on the GPU backend, -1 all */
+    const char *draft;        /* --draft DIR */
+    long lookup, draft_max;   /* --lookup N (0: off), --draft-max K (0: the library's default) */
+    double draft_min_p;       /* --draft-min-p P */
 } chat_opts;
+
+/* Speculative generation (chat_spec.c), with --draft or --lookup. */
+#define CHAT_SPEC_BUF 80
+typedef struct {
+    kvq_model *dm;
+    kvq_context *dc;
+    kvq_spec *sp;
+    int32_t buf[CHAT_SPEC_BUF]; /* a step's tokens, handed out from at */
+    int n_buf, at;
+} chat_spec;
+/* Loads the draft (its vocabulary checked against target's) and starts kvq_spec on the empty tgt. */
+int chat_spec_open(chat_spec *cs, const chat_opts *o, const kvq_model_params *mp, kvq_model *target, kvq_context *tgt);
+void chat_spec_close(chat_spec *cs);
+/* The target's cache holds ids[0..n) with ids[n-1]'s logits: generation continues from them. */
+int chat_spec_start(chat_spec *cs, const int32_t *ids, int n);
+int chat_spec_empty(const chat_spec *cs);
+/* The next token (at most `left` more are wanted, <= 0: no limit), or -1 on error (printed). */
+int32_t chat_spec_next(chat_spec *cs, kvq_sampler *s, long left);
+/* Makes c hold exactly ids[0..n): drops what a step kept past them, evaluates the pending one. */
+int chat_spec_settle(chat_spec *cs, kvq_context *c, const int32_t *ids, int n);
+/* "drafted D, accepted A (accept rate R%)" after prefix, no newline. */
+void chat_spec_print(const chat_spec *cs, FILE *f, const char *prefix);
 
 /* Set by SIGINT (Ctrl-C); generation and prompt evaluation poll it. */
 extern volatile sig_atomic_t chat_interrupted;
@@ -36,6 +61,7 @@ typedef struct {
     kvq_model *m;
     kvq_context *c;
     kvq_sampler *s;
+    chat_spec *spec; /* NULL: plain decoding */
     kvq_chat_template *t;
     const kvq_tokenizer *tok;
     int plain; /* no template: running text */

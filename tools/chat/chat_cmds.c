@@ -35,7 +35,9 @@ void chat_print_stats(const chat_session *S, FILE *f) {
     double bk = group_bytes(o->type_k), bv = group_bytes(o->type_v), fk = bk / (bk + bv);
     fprintf(f, "prompt: %ld tokens evaluated in %.2f s (%.1f tok/s)\n", S->n_prompt_eval, S->t_prompt,
             S->t_prompt > 0 ? S->n_prompt_eval / S->t_prompt : 0.0);
-    fprintf(f, "generation: %ld tokens in %.2f s (%.1f tok/s)\n", S->n_gen, S->t_gen, S->t_gen > 0 ? S->n_gen / S->t_gen : 0.0);
+    fprintf(f, "generation: %ld tokens in %.2f s (%.1f tok/s)", S->n_gen, S->t_gen, S->t_gen > 0 ? S->n_gen / S->t_gen : 0.0);
+    if (S->spec) chat_spec_print(S->spec, f, "; speculative: ");
+    fputc('\n', f);
     fprintf(f, "context: %d of %d tokens, %d messages, %d context shift(s)%s\n", S->n_ids, S->n_ctx, S->n_msgs, S->n_shifts,
             S->n_pin ? " (--keep tokens pinned)" : "");
     fprintf(f, "KV cache: K %s %.2f MiB + V %s %.2f MiB in use, %.2f MiB allocated\n",

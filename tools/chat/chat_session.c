@@ -330,6 +330,23 @@ static int shift_in_reply(chat_session *S, int32_t *reply, int *n_reply, int all
     return r;
 }
 
+/* With spec, before a step: when the cache is full its pending token (the last of ids and
+ * reply) cannot go in, so the context shifts as plain decoding would before evaluating it, and
+ * the steps continue from the rebuilt cache. Returns 0, else as shift_in_reply. */
+static int spec_room(chat_session *S, int32_t *reply, int *n_reply) {
+    if (!chat_spec_empty(S->spec) || kvq_n_past(S->c) < S->n_ctx) return 0;
+    int32_t pend = S->ids[S->n_ids - 1];
+    if (chat_spec_settle(S->spec, S->c, S->ids, S->n_ids - 1)) return 1;
+    S->n_ids--, (*n_reply)--;
+    int r = shift_in_reply(S, reply, n_reply, S->o->ignore_eos);
+    if (r) return r;
+    if (kvq_eval(S->c, &pend, 1) != KVQ_OK) return kvq_tool_die(CHAT_PROG, "%s", kvq_last_error());
+    S->ids[S->n_ids++] = pend;
+    reply[(*n_reply)++] = pend;
+    kvq_sampler_accept(S->s, pend);
+    return chat_spec_start(S->spec, S->ids, S->n_ids);
+}
+
 static int generate(chat_session *S) {
     const chat_opts *o = S->o;
     kvq_detok *dt = kvq_detok_new(S->tok, 1);
@@ -349,8 +366,21 @@ static int generate(chat_session *S) {
     int n_reply = 0, rc = 0, content_seen = 0;
     long gen = 0;
     double t0 = kvq_tool_now();
-    while (!chat_interrupted && (o->n_predict < 0 || gen < o->n_predict)) {
-        int32_t id = kvq_sample(S->s, kvq_logits(S->c), S->n_vocab);
+    if (S->spec && chat_spec_start(S->spec, S->ids, S->n_ids)) rc = 1;
+    while (!rc && !chat_interrupted && (o->n_predict < 0 || gen < o->n_predict)) {
+        int32_t id;
+        if (S->spec) {
+            if ((rc = spec_room(S, reply, &n_reply)) != 0) {
+                if (rc != 1) rc = 0;
+                break;
+            }
+            if ((id = chat_spec_next(S->spec, S->s, o->n_predict < 0 ? 0 : o->n_predict - gen)) < 0) {
+                rc = 1;
+                break;
+            }
+        } else {
+            id = kvq_sample(S->s, kvq_logits(S->c), S->n_vocab);
+        }
         if (!o->ignore_eos && kvq_token_is_eog(S->tok, id)) break;
         int k = kvq_detok_push(dt, id, piece, sizeof piece);
         if (k > 0) {
@@ -358,18 +388,18 @@ static int generate(chat_session *S) {
             sb_add(&text, piece);
         }
         gen++;
-        if (S->n_ids >= S->n_ctx) {
+        if (!S->spec && S->n_ids >= S->n_ctx) {
             int r = shift_in_reply(S, reply, &n_reply, o->ignore_eos);
             if (r == 1) { rc = 1; break; }
             if (r >= 2) break;
         }
-        if (kvq_eval(S->c, &id, 1) != KVQ_OK) {
+        if (!S->spec && kvq_eval(S->c, &id, 1) != KVQ_OK) {
             rc = kvq_tool_die(CHAT_PROG, "%s", kvq_last_error());
             break;
         }
-        S->ids[S->n_ids++] = id;
+        S->ids[S->n_ids++] = id; /* with spec: in the cache, or the step's pending token */
         reply[n_reply++] = id;
-        kvq_sampler_accept(S->s, id);
+        if (!S->spec) kvq_sampler_accept(S->s, id);
         /* running text: a reply is the rest of the line */
         if (S->plain && !o->ignore_eos && k > 0) {
             char *nl = strchr(piece, '\n');
@@ -378,6 +408,7 @@ static int generate(chat_session *S) {
             if (nl && content_seen) break;
         }
     }
+    if (S->spec && !rc && chat_spec_settle(S->spec, S->c, S->ids, S->n_ids)) rc = 1;
     if (kvq_detok_flush(dt, piece, sizeof piece) > 0) {
         emit(&em, piece);
         sb_add(&text, piece);

@@ -55,6 +55,12 @@ static void usage(FILE *f) {
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
             "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (faster, ~1%% matmul change)\n"
             "  --exact               CPU: prompts through the exact AQLM paths too (default: int8 tiles, README)\n"
+            "  --draft DIR           speculative decoding: DIR (a smaller model, same tokenizer) drafts tokens\n"
+            "                        the model verifies in one batched step (same output, faster decode)\n"
+            "  --lookup N            speculative decoding without a second model: draft the tokens that\n"
+            "                        followed the last earlier occurrence of the context's last N tokens\n"
+            "  --draft-max K         drafts per step (default 8 with --draft, 6 with --lookup)\n"
+            "  --draft-min-p P       --draft: stop drafting when the draft's top probability is below P\n"
             "  --json                with -p/-f: the continuation is one JSON object (constrained sampling)\n"
             "  --json-schema FILE    with -p/-f: the continuation is one JSON value valid under FILE's schema\n"
             "  --ids                 with -p: print generated token ids instead of text\n"
@@ -109,6 +115,10 @@ static int parse(int argc, char **argv, chat_opts *o) {
         else if (IS("--top-k", "--top-k")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 30, &n)) goto bad; o->sp.top_k = (int)n; }
         else if (IS("--repeat-last-n", "--repeat-last-n")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 20, &n)) goto bad; o->sp.repeat_last_n = (int)n; }
         else if (IS("--seed", "-s")) { NEED_ARG(); if (kvq_tool_parse_int(v, -1, 0x7fffffffffffffffL, &o->seed)) goto bad; }
+        else if (IS("--draft", "--draft")) { NEED_ARG(); o->draft = v; }
+        else if (IS("--lookup", "--lookup")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 64, &o->lookup)) goto bad; }
+        else if (IS("--draft-max", "--draft-max")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 64, &o->draft_max)) goto bad; }
+        else if (IS("--draft-min-p", "--draft-min-p")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d < 0 || d > 1) goto bad; o->draft_min_p = d; }
         else if (IS("--temp", "--temp")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d < 0) goto bad; o->sp.temp = (float)d; }
         else if (IS("--top-p", "--top-p")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d <= 0 || d > 1) goto bad; o->sp.top_p = (float)d; }
         else if (IS("--min-p", "--min-p")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d < 0 || d > 1) goto bad; o->sp.min_p = (float)d; }
@@ -121,6 +131,9 @@ static int parse(int argc, char **argv, chat_opts *o) {
 #undef IS
     }
     if (o->prompt && o->prompt_file) return kvq_tool_die(P, "give -p or -f, not both") + 1;
+    if (o->draft && o->lookup) return kvq_tool_die(P, "give --draft or --lookup, not both") + 1;
+    if ((o->json || o->json_schema) && (o->draft || o->lookup))
+        return kvq_tool_die(P, "--json and --json-schema do not combine with --draft or --lookup") + 1;
     if ((o->json || o->json_schema) && !o->prompt && !o->prompt_file)
         return kvq_tool_die(P, "--json and --json-schema need -p or -f") + 1;
     /* before the model loads: a typo costs nothing */
@@ -215,7 +228,7 @@ static int json_constraint_open(const chat_opts *o, const kvq_tokenizer *tok, kv
     return 0;
 }
 
-static int one_shot(kvq_context *c, const kvq_model *m, kvq_sampler *s, const chat_opts *o, int n_ctx) {
+static int one_shot(kvq_context *c, const kvq_model *m, kvq_sampler *s, chat_spec *cs, const chat_opts *o, int n_ctx) {
     const kvq_tokenizer *tok = kvq_model_tokenizer(m);
     char *file_text = NULL;
     const char *text = o->prompt;
@@ -263,19 +276,27 @@ static int one_shot(kvq_context *c, const kvq_model *m, kvq_sampler *s, const ch
     for (int i = 0; i < n; i++) kvq_sampler_accept(s, ids[i]);
     kvq_json_constraint *jc = NULL;
     if (!rc && (o->json || o->json_schema)) rc = json_constraint_open(o, tok, &jc);
+    if (!rc && cs) rc = chat_spec_start(cs, ids, n);
     long n_gen = 0, limit = o->n_predict == -2 ? 128 : o->n_predict;
     while (!rc && !chat_interrupted && (limit < 0 || n_gen < limit)) {
         /* under a schema the value decides the end: stop once nothing else may follow */
         if (jc && kvq_json_constraint_complete(jc) == 2) break;
-        int32_t id = jc ? kvq_json_constraint_sample(jc, s, kvq_logits(c), kvq_model_n_vocab(m))
-                        : kvq_sample(s, kvq_logits(c), kvq_model_n_vocab(m));
+        int32_t id = cs   ? chat_spec_next(cs, s, limit < 0 ? 0 : limit - n_gen)
+                     : jc ? kvq_json_constraint_sample(jc, s, kvq_logits(c), kvq_model_n_vocab(m))
+                          : kvq_sample(s, kvq_logits(c), kvq_model_n_vocab(m));
+        if (id < 0) {
+            rc = 1;
+            break;
+        }
         if (kvq_token_is_eog(tok, id) && (jc || !o->ignore_eos)) break;
         if (jc) kvq_json_constraint_accept(jc, id);
         if (o->print_ids) printf(n_gen ? " %d" : "%d", id);
         else if (dt && kvq_detok_push(dt, id, piece, sizeof piece) > 0) fputs(piece, stdout);
         fflush(stdout);
         n_gen++;
-        if ((limit >= 0 && n_gen == limit) || kvq_n_past(c) >= n_ctx) break;
+        /* spec: the steps evaluate (and the sampler records); id sits at position n + n_gen - 1 */
+        if ((limit >= 0 && n_gen == limit) || (cs ? n + n_gen - 1 : kvq_n_past(c)) >= n_ctx) break;
+        if (cs) continue;
         if (kvq_eval(c, &id, 1) != KVQ_OK) rc = kvq_tool_die(P, "%s", kvq_last_error());
         kvq_sampler_accept(s, id);
     }
@@ -288,8 +309,10 @@ static int one_shot(kvq_context *c, const kvq_model *m, kvq_sampler *s, const ch
     free(file_text);
     if (rc) return rc;
     double t2 = kvq_tool_now();
-    fprintf(stderr, "%s: prompt %d tokens in %.3f s (%.1f tok/s), generated %ld tokens in %.3f s (%.1f tok/s)\n", P,
+    fprintf(stderr, "%s: prompt %d tokens in %.3f s (%.1f tok/s), generated %ld tokens in %.3f s (%.1f tok/s)", P,
             n - from, t1 - t0, (n - from) / (t1 - t0), n_gen, t2 - t1, n_gen > 0 ? n_gen / (t2 - t1) : 0.0);
+    if (cs) chat_spec_print(cs, stderr, "; speculative: ");
+    fputc('\n', stderr);
     fprintf(stderr, "%s: KV cache %.2f MiB in use of %.2f MiB allocated (K %s, V %s)\n", P,
             (double)kvq_kv_bytes_used(c) / (1 << 20), (double)kvq_kv_bytes_total(c) / (1 << 20),
             kvq_cache_type_name((kvq_cache_type)o->type_k), kvq_cache_type_name((kvq_cache_type)o->type_v));
@@ -388,23 +411,41 @@ int main(int argc, char **argv) {
     kvq_tool_report_context(P, c);
     o.n_ctx = kvq_n_ctx(c); /* -c 0: the library's default */
     kvq_sampler *s = kvq_sampler_new(&o.sp);
+    chat_spec spec, *cs = NULL;
+    if (o.draft || o.lookup) { /* before a --prompt-cache fills the context */
+        if (chat_spec_open(&spec, &o, &mp, m, c)) {
+            chat_spec_close(&spec);
+            kvq_sampler_free(s);
+            kvq_context_free(c);
+            kvq_model_free(m);
+            return 1;
+        }
+        cs = &spec;
+    }
     chat_install_sigint();
     int rc;
     if (one) {
-        rc = one_shot(c, m, s, &o, (int)o.n_ctx);
+        rc = one_shot(c, m, s, cs, &o, (int)o.n_ctx);
     } else {
         if (o.n_predict == -2) o.n_predict = -1;
         chat_session S;
         rc = chat_session_init(&S, &o, m, c);
         if (!rc) {
             S.s = s;
+            S.spec = cs;
             S.seed = seed;
             S.tty = tty;
             S.color = tty && isatty(STDOUT_FILENO) && isatty(STDERR_FILENO) && !getenv("NO_COLOR");
             rc = converse(&S, tty);
+            if (cs) { /* the conversation's counterpart of one-shot's timing line */
+                fprintf(stderr, "%s: generated %ld tokens in %.3f s (%.1f tok/s)", P, S.n_gen, S.t_gen, S.t_gen > 0 ? S.n_gen / S.t_gen : 0.0);
+                chat_spec_print(cs, stderr, "; speculative: ");
+                fputc('\n', stderr);
+            }
         }
         chat_session_free(&S);
     }
+    if (cs) chat_spec_close(cs);
     kvq_sampler_free(s);
     kvq_context_free(c);
     kvq_model_free(m);
