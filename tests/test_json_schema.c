@@ -183,6 +183,9 @@ static void test_bytes_invalid(void **st) {
     expect_invalid(S_LIST, "[1,2,3,4,5]", ",5");
     expect_invalid(S_LIST, "[01]", "1]");
     expect_invalid(S_LIST, "[1.]", "]");
+    /* a number at its length limit (24 characters) takes no '.' that no digit could follow */
+    expect_invalid(S_LIST, "[12345678901234567890123.5]", ".5");
+    expect_valid(S_LIST, "[123456789012345678901234, 1.5e-12345678901234567]");
     expect_invalid(S_LIST, "[\"a\"]", "\"a");
     expect_invalid(NULL, "[1]", "[1");
     expect_invalid(NULL, "{\"a\":1} ", " ");            /* nothing after the value */
