@@ -1,6 +1,6 @@
 /* Forced tool calls under the grammar (tools/server/server_tools_grammar.c) without a model:
  * random logits over the demo vocabulary stand for a model that knows nothing of tools. For
- * Llama-3.1's, Mistral v0.3's and Qwen2.5's formats, tool_choice "required" (two tools) and a
+ * Llama-3.1's, Mistral v0.3's, Qwen2.5's and Command-R's formats, tool_choice "required" (two tools) and a
  * named function, at temperatures 0 (greedy on random logits), 1.0 and 1.5: the prefill plus
  * the written tokens must parse (kvq_chat_parse_tools) into one call to an allowed tool whose
  * arguments are accepted whole by a fresh byte-level matcher of its parameters schema and
@@ -117,9 +117,9 @@ static void test_forced_calls(void **st) {
     (void)st;
     kvq_tokenizer *tok = NULL;
     assert_int_equal(kvq_tokenizer_load(KVQ_SOURCE_DIR "/models/demo", &tok), KVQ_OK);
-    static const char *tmpl[] = {"llama-3.1-instruct", "mistral-7b-instruct-v0.3", "qwen2.5-7b-instruct"};
+    static const char *tmpl[] = {"llama-3.1-instruct", "mistral-7b-instruct-v0.3", "qwen2.5-7b-instruct", "c4ai-command-r-v01"};
     static const float temps[] = {0.0f, 1.0f, 1.5f};
-    for (int f = 0; f < 3; f++)
+    for (int f = 0; f < 4; f++)
         for (int ti = 0; ti < 3; ti++)
             for (uint64_t seed = 1; seed <= 4; seed++) {
                 run(tok, tmpl[f], SRV_TOOLS_REQUIRED, temps[ti], seed);

@@ -1,8 +1,8 @@
 // Forced tool calls under the JSON grammar: with tool_choice "required" or a named function,
 // the demo model (which knows nothing of tools) must still write a call that parses into
 // tool_calls, names one of the tools, and whose arguments validate against that tool's
-// parameters schema, at temperatures 0, 1.0 and 1.5, for Qwen2.5's, Mistral v0.3's and
-// Llama-3.1's call formats. Also: tools with n > 1, and tools with response_format.
+// parameters schema, at temperatures 0, 1.0 and 1.5, for Qwen2.5's, Mistral v0.3's,
+// Llama-3.1's and Command-R's call formats. Also: tools with n > 1, and tools with response_format.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -39,6 +39,19 @@ const TOOLS = [
     required: ["days", "stops", "flags"] } } },
 ];
 
+// Command-R's template raises on a parameter without a description, an object without
+// additionalProperties and a "null" type: its tools describe every parameter and keep to the rest.
+const TOOLS_CR = structuredClone(TOOLS);
+{
+  const p = TOOLS_CR[1].function.parameters;
+  delete p.properties.flags;
+  p.required = ["days", "stops"];
+  p.properties.budget.type = "number";
+  for (const t of TOOLS_CR)
+    for (const [k, v] of Object.entries(t.function.parameters.properties)) v.description = `the ${k}`;
+}
+const toolsFor = (fam) => (fam === "commandr" ? TOOLS_CR : TOOLS);
+
 // A validator for the schema subset the tests use (independent of the server's engine).
 function validate(v, s, at = "$") {
   const types = [].concat(s.type ?? []);
@@ -62,12 +75,13 @@ function validate(v, s, at = "$") {
 
 const servers = {};
 before(async () => {
-  const [qwen, mistral, llama] = await Promise.all([
+  const [qwen, mistral, llama, commandr] = await Promise.all([
     startServer(["-c", "2048", "-np", "3"], { model: demoWith("qwen2.5-7b-instruct") }),
     startServer(["-c", "2048"], { model: demoWith("mistral-7b-instruct-v0.3") }),
     startServer(["-c", "2048"], { model: demoWith("llama-3.1-instruct") }),
+    startServer(["-c", "2048"], { model: demoWith("c4ai-command-r-v01") }),
   ]);
-  Object.assign(servers, { qwen, mistral, llama });
+  Object.assign(servers, { qwen, mistral, llama, commandr });
 });
 after(async () => {
   for (const s of Object.values(servers)) assert.equal(await s.stop(), 0);
@@ -77,29 +91,30 @@ after(async () => {
 const chat = (srv, body) => postJSON(srv.url + "/v1/chat/completions", body);
 const msgs = [{ role: "user", content: "Plan a trip to the coast, and what is the weather there?" }];
 
-function checkCall(choice, names, tag) {
+function checkCall(choice, names, tag, tools = TOOLS) {
   assert.equal(choice.finish_reason, "tool_calls", `${tag}: ${JSON.stringify(choice)}`);
   const calls = choice.message.tool_calls;
   assert.equal(calls.length, 1, tag);
   const f = calls[0].function;
   assert.ok(names.includes(f.name), `${tag}: ${f.name}`);
-  const schema = TOOLS.find((t) => t.function.name === f.name).function.parameters;
+  const schema = tools.find((t) => t.function.name === f.name).function.parameters;
   validate(JSON.parse(f.arguments), schema);
   return f.name;
 }
 
-for (const fam of ["qwen", "mistral", "llama"]) {
+for (const fam of ["qwen", "mistral", "llama", "commandr"]) {
   test(`${fam}: forced calls parse and validate at temperatures 0, 1.0, 1.5`, async () => {
     for (const temperature of [0, 1.0, 1.5]) {
       for (let seed = 1; seed <= (temperature ? 3 : 1); seed++) {
-        const base = { messages: msgs, tools: TOOLS, max_tokens: 1000, temperature, seed };
+        const tools = toolsFor(fam);
+        const base = { messages: msgs, tools, max_tokens: 1000, temperature, seed };
         const tag = `${fam} t=${temperature} seed=${seed}`;
         const req = await chat(servers[fam], { ...base, tool_choice: "required" });
         assert.equal(req.status, 200, req.text);
-        checkCall(req.json.choices[0], ["get_weather", "plan_trip"], tag + " required");
+        checkCall(req.json.choices[0], ["get_weather", "plan_trip"], tag + " required", tools);
         const named = await chat(servers[fam], { ...base, tool_choice: { type: "function", function: { name: "plan_trip" } } });
         assert.equal(named.status, 200, named.text);
-        checkCall(named.json.choices[0], ["plan_trip"], tag + " named");
+        checkCall(named.json.choices[0], ["plan_trip"], tag + " named", tools);
       }
     }
   });

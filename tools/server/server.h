@@ -85,6 +85,7 @@ char *srv_tools_prefill(const kvq_chat_template *t, const srv_params *p);
 typedef struct srv_call srv_call;
 int srv_call_check(const srv_params *p, srv_error *e); /* 400 when a forced function's schema does not compile */
 const char *srv_call_forced_name(const srv_params *p); /* the function already named (NULL: the name is written) */
+char *srv_call_prefill(const char *fmt, const srv_params *p); /* srv_tools_prefill for a format name */
 srv_call *srv_call_new(const kvq_tokenizer *tok, const srv_params *p, srv_error *e);
 int32_t srv_call_sample(srv_call *c, kvq_sampler *s, const float *logits, int n_vocab);
 void srv_call_accept(srv_call *c, int32_t id);

@@ -2,21 +2,42 @@
  * the JSON grammar, so that its arguments always parse and follow the function's parameters
  * schema. The reply goes on from the prefilled call opening (srv_tools_prefill); then:
  *   name   "required" with several tools: the name, one of theirs (an enum)
- *   key    forced tokens: `, "arguments": ` (Llama: "parameters")
+ *   key    forced tokens: `, "arguments": ` (Llama, Command-R: "parameters")
  *   args   the arguments, under the chosen function's parameters schema
  *   close  forced tokens: the rest of the call in the template's format
- * Forced tokens are fed to the model like sampled ones (one step each), so it sees the call. */
+ * Forced tokens are fed to the model like sampled ones (one step each), so it sees the call.
+ * Formats: Llama-3.1 JSON, Mistral [TOOL_CALLS], Qwen <tool_call>, Command-R Action: list. */
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server.h"
 
+/* A call in each template's format: what comes before the name, the name's key, the key
+ * between the name and the arguments, and what closes the call after the arguments. */
+typedef struct {
+    const char *fmt, *open, *name_key, *args_key, *close;
+} call_fmt;
+
+static const call_fmt FORMATS[] = {
+    {"llama3-json", "", "{\"name\": ", ", \"parameters\": ", "}"},
+    {"mistral", "[TOOL_CALLS] [", "{\"name\": ", ", \"arguments\": ", "}]"},
+    {"qwen", "<tool_call>\n", "{\"name\": ", ", \"arguments\": ", "}\n</tool_call>"},
+    {"command-r", "Action:\n```json\n[\n    ", "{\"tool_name\": ", ", \"parameters\": ", "}\n]```"},
+};
+
+static const call_fmt *format_of(const char *fmt) {
+    for (size_t i = 0; fmt && i < sizeof FORMATS / sizeof *FORMATS; i++)
+        if (!strcmp(FORMATS[i].fmt, fmt)) return &FORMATS[i];
+    return NULL;
+}
+
 enum { CALL_NAME, CALL_KEY, CALL_ARGS, CALL_CLOSE, CALL_DONE };
 
 struct srv_call {
     const kvq_tokenizer *tok;
-    const char *fmt;
+    const call_fmt *f;
     cJSON *tools;
     int stage;
     kvq_json_constraint *c; /* the name's or the arguments' constraint */
@@ -25,13 +46,6 @@ struct srv_call {
     int32_t name_ids[256]; /* the name as written, read back when it is complete */
     int n_name;
 };
-
-static int llama(const char *fmt) { return !strcmp(fmt, "llama3-json"); }
-
-/* The text of the call after its arguments: the object's brace, then the format's closing. */
-static const char *closing(const char *fmt) {
-    return llama(fmt) ? "}" : !strcmp(fmt, "mistral") ? "}]" : "}\n</tool_call>";
-}
 
 static const cJSON *tool_named(const cJSON *tools, const char *name) {
     const cJSON *t;
@@ -110,8 +124,27 @@ static int start_args(srv_call *c, const char *name, srv_error *e) {
     return 0;
 }
 
+char *srv_call_prefill(const char *fmt, const srv_params *p) {
+    const call_fmt *f = format_of(fmt);
+    if (!f || !p->tools_json || (p->tool_choice != SRV_TOOLS_REQUIRED && p->tool_choice != SRV_TOOLS_NAMED)) return NULL;
+    const char *fn = srv_call_forced_name(p);
+    char *q = NULL;
+    if (fn) { /* the name as a JSON string, escaped */
+        cJSON *name = cJSON_CreateString(fn);
+        q = name ? cJSON_PrintUnformatted(name) : NULL;
+        cJSON_Delete(name);
+        if (!q) return NULL;
+    }
+    size_t n = strlen(f->open) + strlen(f->name_key) + (q ? strlen(q) : 0) + strlen(f->args_key) + 1;
+    char *s = malloc(n);
+    /* several tools: up to the name, which the grammar keeps to theirs */
+    if (s) snprintf(s, n, "%s%s%s%s", f->open, f->name_key, q ? q : "", q ? f->args_key : "");
+    free(q);
+    return s;
+}
+
 srv_call *srv_call_new(const kvq_tokenizer *tok, const srv_params *p, srv_error *e) {
-    if (!p->tools_fmt || !p->tools_json || (p->tool_choice != SRV_TOOLS_REQUIRED && p->tool_choice != SRV_TOOLS_NAMED))
+    if (!format_of(p->tools_fmt) || !p->tools_json || (p->tool_choice != SRV_TOOLS_REQUIRED && p->tool_choice != SRV_TOOLS_NAMED))
         return NULL;
     srv_call *c = calloc(1, sizeof *c);
     if (!c || !(c->tools = cJSON_Parse(p->tools_json))) {
@@ -119,7 +152,7 @@ srv_call *srv_call_new(const kvq_tokenizer *tok, const srv_params *p, srv_error 
         return srv_fail(e, 500, NULL, "out of memory"), NULL;
     }
     c->tok = tok;
-    c->fmt = p->tools_fmt;
+    c->f = format_of(p->tools_fmt);
     const char *name = srv_call_forced_name(p);
     if (name) {
         if (!start_args(c, name, e)) return c;
@@ -161,15 +194,14 @@ static void end_name(srv_call *c) {
     if (s) kvq_detokenize(c->tok, c->name_ids, c->n_name, 1, s, (size_t)n + 1), v = cJSON_Parse(s);
     free(s);
     srv_error e = {0};
-    const char *key = llama(c->fmt) ? ", \"parameters\": " : ", \"arguments\": ";
     /* the arguments' constraint is made now; the key's tokens are written first */
-    if (!cJSON_IsString(v) || start_args(c, v->valuestring, &e) || force_text(c, key)) c->stage = CALL_DONE;
+    if (!cJSON_IsString(v) || start_args(c, v->valuestring, &e) || force_text(c, c->f->args_key)) c->stage = CALL_DONE;
     else c->stage = CALL_KEY;
     cJSON_Delete(v);
 }
 
 static void end_args(srv_call *c) {
-    c->stage = force_text(c, closing(c->fmt)) ? CALL_DONE : CALL_CLOSE;
+    c->stage = force_text(c, c->f->close) ? CALL_DONE : CALL_CLOSE;
 }
 
 int32_t srv_call_sample(srv_call *c, kvq_sampler *s, const float *logits, int n_vocab) {

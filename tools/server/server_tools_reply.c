@@ -59,23 +59,5 @@ int srv_tools_reply(const kvq_chat_template *t, const char *text, cJSON *choice,
 }
 
 char *srv_tools_prefill(const kvq_chat_template *t, const srv_params *p) {
-    const char *fmt = kvq_chat_template_tools(t);
-    if (!fmt || !p->tools_json || (p->tool_choice != SRV_TOOLS_REQUIRED && p->tool_choice != SRV_TOOLS_NAMED)) return NULL;
-    int llama = !strcmp(fmt, "llama3-json"), mistral = !strcmp(fmt, "mistral");
-    const char *open = llama ? "" : mistral ? "[TOOL_CALLS] [" : "<tool_call>\n";
-    const char *fn = srv_call_forced_name(p);
-    char *q = NULL;
-    if (fn) { /* the name as a JSON string, escaped */
-        cJSON *name = cJSON_CreateString(fn);
-        q = name ? cJSON_PrintUnformatted(name) : NULL;
-        cJSON_Delete(name);
-        if (!q) return NULL;
-    }
-    size_t n = strlen(open) + (q ? strlen(q) : 0) + 64;
-    char *s = malloc(n);
-    /* several tools: up to the name, which the grammar keeps to theirs (server_tools_grammar.c) */
-    if (s && q) snprintf(s, n, "%s{\"name\": %s, \"%s\": ", open, q, llama ? "parameters" : "arguments");
-    else if (s) snprintf(s, n, "%s{\"name\": ", open);
-    free(q);
-    return s;
+    return srv_call_prefill(kvq_chat_template_tools(t), p);
 }
