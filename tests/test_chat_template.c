@@ -120,7 +120,7 @@ static void test_render_matches_jinja(void **state) {
         checked++;
     }
     print_message("%d renderings compared, %d differ\n", checked, bad);
-    assert_true(checked >= 560);
+    assert_true(checked >= 590);
     assert_int_equal(bad, 0);
     cJSON_Delete(convs);
     cJSON_Delete(cases);

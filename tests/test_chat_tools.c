@@ -70,6 +70,23 @@ static void test_formats(void **state) {
     expect(q, "<tool_call>\n{\"name\": \"\", \"arguments\": {}}\n</tool_call>", 0, NULL, NULL,
            "<tool_call>\n{\"name\": \"\", \"arguments\": {}}\n</tool_call>");
 
+    /* Command-R (its tool_use template): Action: and a ```json list of tool_name / parameters */
+    kvq_chat_template *cr = load("c4ai-command-r-v01");
+    assert_string_equal(kvq_chat_template_tools(cr), "command-r");
+    expect(cr, "I will look it up.\nAction:\n```json\n[\n    {\n        \"tool_name\": \"get_weather\",\n"
+               "        \"parameters\": {\n            \"city\": \"Oslo\"\n        }\n    },\n"
+               "    {\"tool_name\": \"b\", \"parameters\": {}}\n]```",
+           2, "get_weather", "{\"city\":\"Oslo\"}", "I will look it up.");
+    expect(cr, "Action: [{\"tool_name\": \"f\", \"parameters\": {\"x\": 1}}]", 1, "f", "{\"x\":1}", ""); /* no fence */
+    expect(cr, "Action:\n```json\n[{\"tool_name\": \"f\", \"parameters\": {}}", 0, NULL, NULL,
+           "Action:\n```json\n[{\"tool_name\": \"f\", \"parameters\": {}}"); /* cut short: content */
+    expect(cr, "Action:\n```json\n[{\"name\": \"f\", \"parameters\": {}}]```", 0, NULL, NULL,
+           "Action:\n```json\n[{\"name\": \"f\", \"parameters\": {}}]```"); /* no tool_name */
+    expect(cr, "The answer is 4.", 0, NULL, NULL, "The answer is 4.");
+    assert_int_equal(kvq_chat_tools_plain_prefix(cr, "Sure. Act"), 6);
+    assert_int_equal(kvq_chat_tools_plain_prefix(cr, "Sure. Actually"), 14);
+    kvq_chat_template_free(cr);
+
     /* ids are fresh for each call */
     kvq_tool_call *c;
     char *rest;

@@ -204,7 +204,9 @@ static int feed_number(js_frame *f, uint8_t b) {
     case N_ESIGN: case N_EXP_OK: next = digit ? N_EXP_OK : -1; break;
     }
     if (next >= 0) {
-        if (++f->pos > JS_MAX_NUM) return -1;
+        int final = next == N_ZERO_OK || next == N_INT_OK || next == N_FRAC_OK || next == N_EXP_OK;
+        /* a '.', 'e' or sign needs a digit after it: no room for one is a dead end, refused here */
+        if (++f->pos > JS_MAX_NUM || (!final && f->pos >= JS_MAX_NUM)) return -1;
         f->phase = (uint8_t)next;
         return 1;
     }

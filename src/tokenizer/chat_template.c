@@ -86,6 +86,18 @@ static const char *template_text(const cJSON *ct) {
     return NULL;
 }
 
+/* A list of templates with Command-R's "tool_use" entry (its Action: list of tool calls). */
+static int has_tool_use(const cJSON *ct) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, ct) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, "name"), *t = cJSON_GetObjectItemCaseSensitive(e, "template");
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, "tool_use") && cJSON_IsString(t) && strstr(t->valuestring, "Action:") &&
+            strstr(t->valuestring, "tool_calls"))
+            return 1;
+    }
+    return 0;
+}
+
 static char *read_all(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -198,6 +210,8 @@ kvq_status kvq_chat_template_load(const char *dir, const char *name, kvq_chat_te
     /* variant flags only from a template of the same family */
     if (tt && name && kvq_chat_template_detect(tt) && !strcmp(kvq_chat_template_detect(tt), name)) set_variant(t, tt);
     else if (tt && !name) set_variant(t, tt);
+    /* Command-R keeps its tool branch in a second template of the list ("tool_use") */
+    if (t->fam == F_COMMAND_R && has_tool_use(cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"))) t->tools = TOOLS_COMMAND_R;
 out:
     free(jinja);
     cJSON_Delete(cfg);
@@ -444,7 +458,7 @@ static int render_none(const kvq_chat_template *t, const kvq_chat_msg *m, int n,
 }
 
 const char *kvq_chat_template_tools(const kvq_chat_template *t) {
-    static const char *const NAMES[] = {NULL, "llama3-json", "mistral", "qwen"};
+    static const char *const NAMES[] = {NULL, "llama3-json", "mistral", "qwen", "command-r"};
     return t ? NAMES[t->tools] : NULL;
 }
 

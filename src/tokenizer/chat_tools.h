@@ -10,6 +10,7 @@ typedef enum {
     TOOLS_LLAMA3,  /* Llama-3.1/3.2: tools in the first user turn, calls as {"name", "parameters"} */
     TOOLS_MISTRAL, /* Mistral v0.3: [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS] */
     TOOLS_QWEN,    /* Qwen2.5: <tools> in the system turn, <tool_call> / <tool_response> */
+    TOOLS_COMMAND_R, /* Command-R's tool_use template: Python signatures, Action: ```json [...]``` */
 } chat_tool_fmt;
 
 typedef struct {
@@ -24,5 +25,7 @@ int chat_has_tool_msgs(const kvq_chat_msg *m, int n);
 /* Renders a conversation with tools (tools_json: the tools array, or NULL) or tool
  * messages. 0, or -1 with the error set (the template's message where it raises). */
 int chat_render_tools(const chat_tool_tmpl *t, const kvq_chat_msg *m, int n, const char *tools_json, int gen, sbuf *b);
+/* chat_tools_command_r.c: Command-R's tool_use template (tools: the parsed array). */
+int chat_render_command_r_tools(const chat_tool_tmpl *t, const kvq_chat_msg *m, int n, const cJSON *tools, int gen, sbuf *b);
 
 #endif

@@ -3,6 +3,7 @@
  *                before it and several calls split by ';' are accepted)
  *   mistral      [TOOL_CALLS] [{"name": ..., "arguments": {...}, "id": ...}, ...]
  *   qwen         <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, one block a call
+ *   command-r    Action: ```json [{"tool_name": ..., "parameters": {...}}, ...]``` (text before it: content)
  * A reply whose calls do not parse (junk, cut short) is plain content: nothing is guessed. */
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -17,6 +18,7 @@
 #define MISTRAL_TAG "[TOOL_CALLS]"
 #define QWEN_OPEN "<tool_call>"
 #define QWEN_CLOSE "</tool_call>"
+#define CR_ACTION "Action:"
 
 typedef struct {
     kvq_tool_call *v;
@@ -40,9 +42,10 @@ static char *new_id(void) {
     return id;
 }
 
-/* One call object: name (string) and its arguments object under akey (or a JSON string holding one). */
-static void add_call(call_list *l, const cJSON *o, const char *akey) {
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+/* One call object: its name (a string under nkey) and its arguments object under akey (or a
+ * JSON string holding one). */
+static void add_call(call_list *l, const cJSON *o, const char *nkey, const char *akey) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, nkey);
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, akey);
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
     cJSON *parsed = NULL;
@@ -88,7 +91,7 @@ static void parse_llama(const char *text, call_list *l) {
         const char *end;
         cJSON *o = json_at(s, &end);
         if (!cJSON_IsObject(o)) l->bad = 1;
-        else add_call(l, o, cJSON_GetObjectItemCaseSensitive(o, "parameters") ? "parameters" : "arguments");
+        else add_call(l, o, "name", cJSON_GetObjectItemCaseSensitive(o, "parameters") ? "parameters" : "arguments");
         cJSON_Delete(o);
         if (l->bad) break;
         s = skip_ws(end);
@@ -110,7 +113,24 @@ static void parse_mistral(const char *text, call_list *l, size_t *before) {
     cJSON *a = json_at(list, &end);
     if (!cJSON_IsArray(a) || !a->child || *skip_ws(end)) l->bad = 1;
     const cJSON *o;
-    cJSON_ArrayForEach(o, a) if (!l->bad) add_call(l, o, "arguments");
+    cJSON_ArrayForEach(o, a) if (!l->bad) add_call(l, o, "name", "arguments");
+    cJSON_Delete(a);
+}
+
+/* Command-R: "Action:", then the list in a ```json fence (the fence may be left out). */
+static void parse_command_r(const char *text, call_list *l, size_t *before) {
+    const char *at = strstr(text, CR_ACTION);
+    if (!at) return;
+    *before = (size_t)(at - text);
+    const char *s = skip_ws(at + strlen(CR_ACTION)), *end;
+    int fenced = !strncmp(s, "```json", 7);
+    if (fenced) s += 7;
+    cJSON *a = json_at(skip_ws(s), &end);
+    end = skip_ws(end ? end : s);
+    if (fenced && !strncmp(end, "```", 3)) end = skip_ws(end + 3);
+    if (!cJSON_IsArray(a) || !a->child || *end) l->bad = 1;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, a) if (!l->bad) add_call(l, o, "tool_name", "parameters");
     cJSON_Delete(a);
 }
 
@@ -129,7 +149,7 @@ static void parse_qwen(const char *text, call_list *l, char *outside) {
         cJSON *o = json_at(skip_ws(body), &end);
         /* the last block may be cut by the end of the reply */
         if (!cJSON_IsObject(o) || (close ? skip_ws(end) != close : *skip_ws(end))) l->bad = 1;
-        else add_call(l, o, "arguments");
+        else add_call(l, o, "name", "arguments");
         cJSON_Delete(o);
         s = close ? close + strlen(QWEN_CLOSE) : body + strlen(body);
     }
@@ -157,6 +177,8 @@ int kvq_chat_parse_tools(const kvq_chat_template *t, const char *text, kvq_tool_
         parse_llama(text, &l), before = 0;
     } else if (fmt && !strcmp(fmt, "mistral")) {
         parse_mistral(text, &l, &before);
+    } else if (fmt && !strcmp(fmt, "command-r")) {
+        parse_command_r(text, &l, &before);
     } else if (fmt && !strcmp(fmt, "qwen")) {
         if (!(outside = malloc(strlen(text) + 1))) return -1;
         parse_qwen(text, &l, outside);
@@ -209,6 +231,7 @@ size_t kvq_chat_tools_plain_prefix(const kvq_chat_template *t, const char *text)
         return before_marker(text, MISTRAL_TAG);
     }
     if (!strcmp(fmt, "qwen")) return before_marker(text, QWEN_OPEN);
+    if (!strcmp(fmt, "command-r")) return before_marker(text, CR_ACTION);
     /* Llama: calls are the whole reply; its first characters decide */
     const char *s = skip_ws(text);
     if (!*s || *s == '{') return 0;

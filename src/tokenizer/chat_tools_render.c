@@ -332,6 +332,7 @@ int chat_render_tools(const chat_tool_tmpl *t, const kvq_chat_msg *m, int n, con
     }
     int r = t->fmt == TOOLS_LLAMA3    ? render_llama(t, m, n, tools, gen, b)
             : t->fmt == TOOLS_MISTRAL ? render_mistral(t, m, n, tools, b)
+            : t->fmt == TOOLS_COMMAND_R ? chat_render_command_r_tools(t, m, n, tools, gen, b)
                                       : render_qwen(t, m, n, tools, gen, b);
     cJSON_Delete(tools);
     return r;

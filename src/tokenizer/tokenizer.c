@@ -17,6 +17,8 @@ static const char *const EOG_NAMES[] = {
 
 void kvq_tokenizer_free(kvq_tokenizer *t) {
     if (!t) return;
+    tk_cache *jv = atomic_load(&t->json_vocab);
+    if (jv) jv->free(jv);
     tk_buf_free(&t->arena);
     free(t->model_off);
     free(t->model_len);

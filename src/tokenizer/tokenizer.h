@@ -10,6 +10,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <cjson/cJSON.h>
 #include <pcre2.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -119,8 +120,16 @@ typedef struct {
     uint8_t special, lstrip, rstrip, single_word, normalized;
 } tk_added;
 
+/* A table another module builds from a tokenizer (the JSON constraint's, src/grammar/json_vocab.c)
+ * and keeps with it: freed by kvq_tokenizer_free through its own function, so the tokenizer
+ * needs nothing of that module. */
+typedef struct tk_cache {
+    void (*free)(struct tk_cache *c);
+} tk_cache;
+
 struct kvq_tokenizer {
     char file[1024]; /* tokenizer.json path, for messages */
+    _Atomic(tk_cache *) json_vocab; /* built on first use (json_vocab.c); NULL until then */
     int32_t n_vocab;
 
     tk_buf arena;           /* all token strings */

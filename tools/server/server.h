@@ -60,6 +60,7 @@ typedef struct {
     char *tools_json;  /* chat: the tools array as JSON text (NULL: none, or tool_choice "none") */
     int tool_choice;   /* SRV_TOOLS_* */
     char *tool_name;   /* tool_choice naming a function: its name */
+    const char *tools_fmt; /* the template's tool format (kvq_chat_template_tools), set before submitting */
     long n;            /* choices (1..SRV_MAX_CHOICES; at most the server's slots) */
     int json_mode, json_strict; /* response_format (SRV_JSON_*); strict: json_schema.strict */
     char *json_schema;          /* json_schema's schema as text; NULL: any object */
@@ -78,6 +79,18 @@ int srv_tools_reply(const kvq_chat_template *t, const char *text, struct cJSON *
 /* tool_choice "required" or named: the opening of a call in the template's format, put
  * after the generation prompt so the reply goes on as a call (malloc'd; NULL: none). */
 char *srv_tools_prefill(const kvq_chat_template *t, const srv_params *p);
+/* server_tools_grammar.c: a forced call written under the JSON grammar (name, arguments
+ * under the function's parameters schema, the format's closing forced). srv_call_new: NULL
+ * when the request forces no call (or with e filled). */
+typedef struct srv_call srv_call;
+int srv_call_check(const srv_params *p, srv_error *e); /* 400 when a forced function's schema does not compile */
+const char *srv_call_forced_name(const srv_params *p); /* the function already named (NULL: the name is written) */
+char *srv_call_prefill(const char *fmt, const srv_params *p); /* srv_tools_prefill for a format name */
+srv_call *srv_call_new(const kvq_tokenizer *tok, const srv_params *p, srv_error *e);
+int32_t srv_call_sample(srv_call *c, kvq_sampler *s, const float *logits, int n_vocab);
+void srv_call_accept(srv_call *c, int32_t id);
+int srv_call_done(const srv_call *c);
+void srv_call_free(srv_call *c);
 
 enum { SRV_JSON_NONE, SRV_JSON_OBJECT, SRV_JSON_SCHEMA };
 
@@ -145,6 +158,7 @@ typedef struct srv_req {
     int logprobs, n_top, echo; /* echo with logprobs: the prompt's tokens are scored too */
     int *prompt_off;           /* echo with logprobs: byte offset of each prompt token's text */
     kvq_json_constraint *json; /* response_format: the reply is a JSON value (NULL: free text) */
+    srv_call *call;            /* a forced tool call under the grammar (NULL: none) */
     int n_scored;              /* scheduler only: prompt tokens whose log-probability is known */
 
     /* out: text produced so far, consumed by the HTTP side from `sent` */
@@ -238,6 +252,8 @@ typedef struct srv_choices srv_choices;
  * the choices start with, or NULL); NULL when out of memory (the requests are then cancelled). */
 srv_choices *srv_choices_new(srv_server *s, const kvq_tokenizer *tok, const char *model, srv_req **r, int n, char *echo,
                              int include_usage);
+/* With tools (not streamed): each choice's reply is parsed for calls, after prefill (taken). */
+void srv_choices_tools(srv_choices *c, const kvq_chat_template *t, char *prefill);
 /* Not streamed: waits for every choice; the answer, or NULL with e filled (e->status 0: gone(arg)
  * said the client left). */
 struct cJSON *srv_choices_wait(srv_choices *c, int (*gone)(void *), void *arg, srv_error *e);

@@ -20,6 +20,8 @@ struct srv_choices {
     srv_buf *text, *lps; /* per choice: the reply so far; its logprob entries as bytes (whole answer) */
     int *lp_seen, *closed;
     srv_buf out; /* events not yet read */
+    const kvq_chat_template *tmpl; /* with tools: each reply's calls are parsed (not streamed) */
+    char *prefill;                 /* the forced call's opening the replies go on from */
     size_t off;
 };
 
@@ -58,6 +60,7 @@ void srv_choices_free(srv_choices *c) {
     free(c->lp_seen);
     free(c->closed);
     free(c->echo);
+    free(c->prefill);
     free(c->out.p);
     free(c);
 }
@@ -158,6 +161,20 @@ static int poll(srv_choices *c, int ms, void (*on_new)(srv_choices *, int, char 
     return all;
 }
 
+void srv_choices_tools(srv_choices *c, const kvq_chat_template *t, char *prefill) {
+    c->tmpl = t;
+    c->prefill = prefill;
+}
+
+/* Choice i's calls (its text after the prefilled call opening) into its message. */
+static void tools_reply(const srv_choices *c, int i, cJSON *ch) {
+    srv_buf t = {0};
+    if (c->prefill) srv_buf_add(&t, c->prefill, strlen(c->prefill));
+    if (c->text[i].n) srv_buf_add(&t, c->text[i].p, c->text[i].n);
+    srv_tools_reply(c->tmpl, t.p ? t.p : "", ch, 0);
+    free(t.p);
+}
+
 static void keep(srv_choices *c, int i, char *t, size_t k, srv_lp *lp, int n_lp) {
     if (t) srv_buf_add(&c->text[i], t, k);
     if (n_lp > 0) srv_buf_add(&c->lps[i], (const char *)lp, sizeof *lp * (size_t)n_lp);
@@ -180,7 +197,9 @@ cJSON *srv_choices_wait(srv_choices *c, int (*gone)(void *), void *arg, srv_erro
         if (c->echo) srv_buf_add(&t, c->echo, strlen(c->echo));
         if (c->text[i].n) srv_buf_add(&t, c->text[i].p, c->text[i].n);
         cJSON *lpj = logprobs_json(c, i, (const srv_lp *)c->lps[i].p, (int)(c->lps[i].n / sizeof(srv_lp)), 0);
-        cJSON_AddItemToArray(chs, choice(c, i, t.p ? t.p : "", c->r[i]->finish, 0, 1, lpj));
+        cJSON *ch = choice(c, i, t.p ? t.p : "", c->r[i]->finish, 0, 1, lpj);
+        if (c->tmpl) tools_reply(c, i, ch);
+        cJSON_AddItemToArray(chs, ch);
         free(t.p);
     }
     cJSON_AddItemToObject(j, "usage", usage_json(c));

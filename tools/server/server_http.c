@@ -373,6 +373,8 @@ static mhd_result choices(srv_http *h, struct MHD_Connection *c, int route, srv_
     srv_error e = {0};
     srv_req *r[SRV_MAX_CHOICES];
     int stream_it = p->stream, usage = p->include_usage, k = (int)p->n;
+    int tools = p->tools_json != NULL;
+    char *prefill = srv_tools_prefill(h->tmpl, p); /* each choice's reply goes on from it */
     if (k > srv_n_slots(h->s)) {
         srv_fail(&e, 400, "invalid_value", "'n' is %d; this server runs %d slots (-np), one per choice", k, srv_n_slots(h->s));
         free(ids);
@@ -382,9 +384,12 @@ static mhd_result choices(srv_http *h, struct MHD_Connection *c, int route, srv_
     srv_params_free(p);
     if (e.status) {
         free(echo);
+        free(prefill);
         return send_error(h, c, route, &e);
     }
     srv_choices *ch = srv_choices_new(h->s, h->tok, h->model_name, r, k, echo, usage);
+    if (ch && tools) srv_choices_tools(ch, h->tmpl, prefill); /* takes prefill */
+    else free(prefill);
     if (!ch) return MHD_NO;
     if (!stream_it) {
         cJSON *j = srv_choices_wait(ch, gone_cb, c, &e);
@@ -414,6 +419,7 @@ static mhd_result completion(srv_http *h, struct MHD_Connection *c, int route, c
     if (srv_parse_completion(b->p, b->n, route == SRV_ROUTE_CHAT, &p, &e)) return send_error(h, c, route, &e);
     int n = 0, n_ctx = srv_n_ctx(h->s);
     int32_t *ids = prompt_ids(h, &p, &n, &e);
+    p.tools_fmt = p.chat ? kvq_chat_template_tools(h->tmpl) : NULL; /* forced calls (srv_call) follow it */
     if (ids && n == 0) {
         srv_fail(&e, 400, "invalid_prompt", "the prompt is empty (no tokens)");
         free(ids);

@@ -42,6 +42,7 @@ static void req_free(srv_req *r) {
     free(r->lp);
     free(r->prompt_off);
     kvq_json_constraint_free(r->json);
+    srv_call_free(r->call);
     pthread_cond_destroy(&r->cv);
     free(r);
 }
@@ -158,7 +159,7 @@ static srv_req *req_new(srv_server *s, const srv_params *p, int32_t *prompt, int
     r->frequency = (float)p->frequency_penalty;
     for (int i = 0; i < p->n_stop; i++)
         if ((r->stop[r->n_stop] = strdup(p->stop[i]))) r->n_stop++;
-    if (p->json_mode && !(r->json = srv_json_constraint(s->tok, p, e))) {
+    if ((p->json_mode && !(r->json = srv_json_constraint(s->tok, p, e))) || (!(r->call = srv_call_new(s->tok, p, e)) && e->status)) {
         req_free(r);
         return NULL;
     }
@@ -412,7 +413,10 @@ static void sample_next(srv_server *s, slot *sl, const float *lg) {
             if (sl->counts[sl->gen[i]] < 0) sl->counts[sl->gen[i]] = -sl->counts[sl->gen[i]];
         lg = s->logits;
     }
-    int32_t id = r->json ? kvq_json_constraint_sample(r->json, sl->smp, lg, s->n_vocab)
+    /* a constrained or drafted token is still a draw from the target's rule: drafts are kept
+     * only when the token drawn here equals them (server_spec.c) */
+    int32_t id = r->call ? srv_call_sample(r->call, sl->smp, lg, s->n_vocab)
+                 : r->json ? kvq_json_constraint_sample(r->json, sl->smp, lg, s->n_vocab)
                  : sl->draft >= 0 ? srv_spec_pick(s, sl, lg) : kvq_sample(sl->smp, lg, s->n_vocab);
     if (!r->t_first) r->t_first = kvq_tool_now();
     if (id < 0 || kvq_token_is_eog(s->tok, id)) {
@@ -421,6 +425,7 @@ static void sample_next(srv_server *s, slot *sl, const float *lg) {
     }
     kvq_sampler_accept(sl->smp, id);
     if (r->json) kvq_json_constraint_accept(r->json, id);
+    if (r->call) srv_call_accept(r->call, id);
     sl->gen[r->n_gen++] = id;
     sl->counts[id]++;
     srv_lp *e = r->logprobs ? new_lp(sl) : NULL;
@@ -433,7 +438,7 @@ static void sample_next(srv_server *s, slot *sl, const float *lg) {
     sl->gen_bytes += k > 0 ? k : 0;
     if (k > 0) take_text(sl, piece, (size_t)k);
     if (sl->finish) return;
-    if (r->json && kvq_json_constraint_complete(r->json) == 2) { /* the value is complete: nothing may follow */
+    if ((r->json && kvq_json_constraint_complete(r->json) == 2) || (r->call && srv_call_done(r->call))) { /* the value is complete: nothing may follow */
         flush_text(sl, SRV_FINISH_STOP);
         return;
     }

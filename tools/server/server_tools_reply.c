@@ -14,9 +14,12 @@ int srv_tools_check(const kvq_chat_template *t, const srv_params *p, srv_error *
     if ((p->tools_json || tool_msgs) && !kvq_chat_template_tools(t))
         return srv_fail(e, 400, "unsupported_value", "this model's chat template (%s) has no tool calling; send no tools or tool messages",
                         kvq_chat_template_name(t));
-    if (p->tools_json && p->n > 1) /* the choices path (server_choices.c) does not parse calls */
-        return srv_fail(e, 400, "unsupported_value", "'tools' with n > 1 are not supported; ask for one choice");
-    return 0;
+    if (p->tools_json && p->json_mode) /* one grammar for "a call or this JSON" is not built */
+        return srv_fail(e, 400, "unsupported_value",
+                        "'response_format' with 'tools' needs tool_choice \"none\" (the reply is then JSON content)");
+    if (p->tools_json && p->n > 1 && p->stream) /* the choices' stream does not hold calls back */
+        return srv_fail(e, 400, "unsupported_value", "'tools' with n > 1 are not streamed; ask with stream false");
+    return srv_call_check(p, e);
 }
 
 /* calls as OpenAI's tool_calls array; delta: each with its index (streamed form). */
@@ -56,18 +59,5 @@ int srv_tools_reply(const kvq_chat_template *t, const char *text, cJSON *choice,
 }
 
 char *srv_tools_prefill(const kvq_chat_template *t, const srv_params *p) {
-    const char *fmt = kvq_chat_template_tools(t);
-    if (!fmt || !p->tools_json || (p->tool_choice != SRV_TOOLS_REQUIRED && p->tool_choice != SRV_TOOLS_NAMED)) return NULL;
-    int llama = !strcmp(fmt, "llama3-json"), mistral = !strcmp(fmt, "mistral");
-    const char *open = llama ? "" : mistral ? "[TOOL_CALLS] [" : "<tool_call>\n";
-    if (p->tool_choice == SRV_TOOLS_REQUIRED) return strdup(llama ? "{\"name\": \"" : open);
-    cJSON *name = cJSON_CreateString(p->tool_name); /* the name as a JSON string, escaped */
-    char *q = name ? cJSON_PrintUnformatted(name) : NULL;
-    cJSON_Delete(name);
-    if (!q) return NULL;
-    size_t n = strlen(open) + strlen(q) + 64;
-    char *s = malloc(n);
-    if (s) snprintf(s, n, "%s{\"name\": %s, \"%s\": ", open, q, llama ? "parameters" : "arguments");
-    free(q);
-    return s;
+    return srv_call_prefill(kvq_chat_template_tools(t), p);
 }
