@@ -133,7 +133,8 @@ for tiles in int8 f32; do
     dis=
     [ $tiles = f32 ] && dis=intdot
     step env KVQ_VK_DISABLE=$dis "$bench" aqlm --backend vulkan --rows "$r" --cols "$c" -n "$pn" --mb 1
-    grep -E '^vk_aqlm ' "$log" | grep -E 'fmt=(2x8|1x16) ' | sed -E "s/^vk_aqlm /  tiles=$tiles /" | tee -a "$summary"
+    grep -E '^vk_aqlm .*fmt=(2x8|1x16) ' "$log" |
+        sed -E "s/^vk_aqlm .*(fmt=[^ ]+) .*(prompt_ms=[^ ]+)$/  tiles=$tiles \1 \2/" | tee -a "$summary"
 done
 for scheme in 2x8 1x16; do
     sch=()

@@ -9,7 +9,9 @@
 static uint32_t cdiv(size_t a, size_t b) { return (uint32_t)((a + b - 1) / b); }
 
 int kvq_vk_i8t_wanted(const kvq_bctx *b, const kvq_wt *w, int n) {
-    return w->fmt == KVQ_W_AQLM && n >= VK_I8T_MIN_N && b->caps.int_dot && !b->exact;
+    /* the int8 activations are bound as one range: a batch too large for it takes the f32 tiles */
+    size_t qbytes = (size_t)n * cdiv((size_t)w->cols, I8T_KB) * I8T_KB;
+    return w->fmt == KVQ_W_AQLM && n >= VK_I8T_MIN_N && b->caps.int_dot && !b->exact && qbytes <= b->max_buffer;
 }
 
 void kvq_vk_i8t_spec(const kvq_wt *w, uint32_t spec[4]) {

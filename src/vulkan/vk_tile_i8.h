@@ -12,7 +12,8 @@
 #define VK_I8T_MIN_N 32
 
 /* 1 when a matmul of w over n tokens runs on the int8 tiles: AQLM, n >= VK_I8T_MIN_N,
- * the device has integer dot products and the backend was not opened exact. */
+ * the device has integer dot products, the backend was not opened exact and the batch's
+ * int8 activations fit one buffer binding (b->max_buffer). */
 int kvq_vk_i8t_wanted(const kvq_bctx *b, const kvq_wt *w, int n);
 /* Spec constants of mm_tile_i8 for w (M, IG, NB, CS). */
 void kvq_vk_i8t_spec(const kvq_wt *w, uint32_t spec[4]);
