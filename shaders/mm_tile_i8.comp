@@ -10,7 +10,8 @@
 // Tiles of 64 rows x 64 tokens as mm_tile; invocation i decodes weight row i of the tile
 // twice per block (once for max|W_b|, once to quantize half a block at a time), since a
 // block of 64 decoded f32 rows (64 KiB) would not fit in shared memory. Shared memory:
-// half a block of int8 weights and activations, 8 KiB each, within Vulkan's 16 KiB minimum.
+// half a block of int8 weights and activations, 8 KiB each, and the block scales: 16.5 KiB,
+// under the 20 KiB the AQLM matvecs already need (docs/vulkan.md).
 #include "mm_common.glsl"
 
 // OpSDot (SPV_KHR_integer_dot_product), as attn_dec.glsl names it: glslang here lacks
