@@ -111,8 +111,10 @@ typedef struct {
                             0 (default): AQLM prompts take int8 tiles / int8 tables, whose
                             per-output error bound keeps kvq-ppl within the README's budget
                             (+0.1%); decode (one token per step) is the same either way.
-                            Vulkan: 1 = 8-bit AQLM decode looks up f32 tables; 0 (default): fp16
-                            tables where the device has fp16 arithmetic (README, mm_lut_h) */
+                            Vulkan: 1 = 8-bit AQLM decode looks up f32 tables and AQLM prompts
+                            take f32 tiles; 0 (default): fp16 tables where the device has fp16
+                            arithmetic (README, mm_lut_h), int8 tiles where it has integer dot
+                            products (mm_tile_i8, the CPU's bound) */
     int n_gpu_layers;    /* with a GPU backend: how many of the last layers run on it (with the
                             LM head), the rest on the CPU; -1 (the default) or >= the layer
                             count: all; 0: none (the CPU alone); KVQ_GPU_LAYERS_AUTO: as many as

@@ -4,8 +4,11 @@
 #   device and driver, copy bandwidth, AQLM 2x8 / 1x16 matvecs at 4096x14336 and
 #   14336x4096 (ms, share of bandwidth), q8 / q4 attention at 8k, synthetic
 #   Llama-2-7B 2x8 and 1x16 decode with all layers and with half of them on the GPU
-#   (tok/s, share of the bound, dispatches and barriers per token), and the per-op
-#   profile of a 7B decode step.
+#   (tok/s, share of the bound, dispatches and barriers per token), the per-op
+#   profile of a 7B decode step, and the tuning comparisons (issue 33): the 2x8
+#   matvec (mm_lut) at 64 / 256 / 1024 target workgroups with the split reduce fused
+#   into the last workgroup and as its own pass, and prompts through the int8 tiles
+#   against the f32 tiles (one matmul, and the whole model's prompt tok/s).
 # Exits non-zero at the first failure. Meant to finish in under 8 minutes on a GPU
 # machine with 16 cores (the synthetic checkpoints take ~5 GB under $TMPDIR).
 #
@@ -105,6 +108,45 @@ sch=()
 step "$bench" model "${model[@]}" "${sch[@]}" --backend vulkan -p 16 -n 8 --profile
 say "per-op profile of a decode step (2x8, each command alone):"
 sed -n '/^profile of/,/^model:/p' "$log" | grep '^op=' | tee -a "$summary"
+
+# mm_lut's split over workgroups and its reduce (KVQ_VK_TARGET_GROUPS, KVQ_VK_DISABLE=fusedreduce
+# in src/vulkan/vk_matmul.c), on the shape with the fewest row blocks (most splits).
+set -- $shapes
+r=${1%x*} c=${1#*x}
+say "mm_lut ${r}x${c} decode by target workgroups and reduce (ms, share of bandwidth):"
+for groups in 64 256 1024; do
+    for reduce in fused pass; do
+        dis=
+        [ $reduce = pass ] && dis=fusedreduce
+        step env KVQ_VK_TARGET_GROUPS=$groups KVQ_VK_DISABLE=$dis \
+            "$bench" aqlm --backend vulkan --rows "$r" --cols "$c" --scheme 2x8 -n 0 "${mb[@]}"
+        say "  groups=$groups reduce=$reduce $(grep -m1 -E '^vk_aqlm ' "$log" | grep -Eo 'decode_ms=[^ ]+ bw_ratio=[^ ]+')"
+    done
+done
+
+# Prompts: the int8 tiles (integer dot products) against the f32 tiles, per matmul (the f32
+# tiles forced by KVQ_VK_DISABLE=intdot) and for the whole model (--exact keeps the f32 tiles).
+pn=512
+[ $quick = 1 ] && pn=128
+say "prompt matmul ${r}x${c}, $pn tokens (ms): int8 tiles vs f32 tiles"
+for tiles in int8 f32; do
+    dis=
+    [ $tiles = f32 ] && dis=intdot
+    step env KVQ_VK_DISABLE=$dis "$bench" aqlm --backend vulkan --rows "$r" --cols "$c" -n "$pn" --mb 1
+    grep -E '^vk_aqlm .*fmt=(2x8|1x16) ' "$log" |
+        sed -E "s/^vk_aqlm .*(fmt=[^ ]+) .*(prompt_ms=[^ ]+)$/  tiles=$tiles \1 \2/" | tee -a "$summary"
+done
+for scheme in 2x8 1x16; do
+    sch=()
+    [ $quick = 1 ] || sch=(--scheme "$scheme")
+    for tiles in int8 f32; do
+        ex=()
+        [ $tiles = f32 ] && ex=(--exact)
+        step "$bench" model "${model[@]}" "${sch[@]}" --backend vulkan -p "$pn" -n 4 --reps 2 "${ex[@]}"
+        say "model $scheme prompt $pn tiles=$tiles: $(grep -m1 -Eo 'pp_tps=[^ ]+' "$log")"
+    done
+    [ $quick = 1 ] && break
+done
 
 echo
 echo "==== kvq GPU check summary ($(( $(date +%s) - t0 )) s) ===="

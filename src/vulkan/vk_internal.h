@@ -266,7 +266,7 @@ int vk_in_flight(kvq_bctx *b);
 /* Frees a buffer, first waiting for recorded work that may use it. */
 void vk_buf_free(kvq_bctx *b, kvq_buf *x);
 /* A persistent device buffer of at least `bytes` for slot 0..7 (grows, waiting for pending
- * work first). Slots: 0-3 attention, 4-5 matmul, 6-7 matmul_routed, 8 the fused entries' fallback. NULL + error recorded on failure. */
+ * work first). Slots: 0, 2-3 attention, 1 the int8 tiles' activations, 4-5 matmul, 6-7 matmul_routed, 8 the fused entries' fallback. NULL + error recorded on failure. */
 kvq_buf *vk_scratch(kvq_bctx *b, int slot, size_t bytes);
 
 /* ---- vk_profile.c: per-op device time (KVQ_VK_PROFILE=1, kvq-bench model --profile) ---- */

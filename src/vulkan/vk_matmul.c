@@ -6,11 +6,13 @@
  *                   mm_gather. The AQLM ones split the code chunks over workgroups when
  *                   the rows alone give too few, and mm_reduce adds the partial sums
  *                   (scale, bias) unless their last workgroup does.
- *   n >  VEC_MAX_N  mm_tile: 64x64 tiles, weights dequantized into shared memory.
+ *   n >  VEC_MAX_N  mm_tile: 64x64 tiles, weights dequantized into shared memory;
+ *                   AQLM from VK_I8T_MIN_N tokens on, unless exact or without integer
+ *                   dot products: mm_tile_i8, the int8 tiles (vk_tile_i8.c).
  *
  * matmul_key / get_rows_key name the pipeline; kvq_vk_matmul_prepare builds every one a
  * weight can need at upload, through the same functions, so no token waits for a compile. */
-#include "vulkan/vk_weights.h"
+#include "vulkan/vk_tile_i8.h"
 
 #define VEC_MAX_N 4
 #define LUT_ROWS_PER_WG (256 * 4)    /* mm_lut: 256 invocations x RPT 4 */
@@ -56,7 +58,7 @@ static vk_bind counters(kvq_bctx *b, uint32_t gx) {
 }
 
 /* A pipeline: shader name and spec constants, and which host path dispatches it. */
-enum { PK_TILE, PK_AQLM_VEC, PK_DENSE_VEC, PK_ROWS };
+enum { PK_TILE, PK_TILE_I8, PK_AQLM_VEC, PK_DENSE_VEC, PK_ROWS };
 typedef struct {
     int kind;
     const char *name;
@@ -78,9 +80,12 @@ static void fmt_spec(const kvq_wt *w, uint32_t spec[5]) {
 }
 
 /* The pipeline a matmul of w over n >= 1 tokens runs (the only place that chooses it). */
-static vk_pkey matmul_key(const kvq_wt *w, int n) {
+static vk_pkey matmul_key(const kvq_bctx *b, const kvq_wt *w, int n) {
     vk_pkey k = {0};
-    if (n > VEC_MAX_N) {
+    if (kvq_vk_i8t_wanted(b, w, n)) {
+        k.kind = PK_TILE_I8, k.name = "mm_tile_i8", k.n_spec = 4;
+        kvq_vk_i8t_spec(w, k.spec);
+    } else if (n > VEC_MAX_N) {
         k.kind = PK_TILE, k.name = "mm_tile", k.n_spec = 5;
         fmt_spec(w, k.spec);
     } else if (w->fmt == KVQ_W_AQLM) {
@@ -192,10 +197,12 @@ static void matmul_tiled(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind
 
 void kvq_vk_matmul_at(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n) {
     if (n <= 0) return;
-    vk_pkey k = matmul_key(w, n); /* the path follows the key: dispatch and prepare agree */
+    vk_pkey k = matmul_key(b, w, n); /* the path follows the key: dispatch and prepare agree */
     const vk_pipe *p = pipe_of(b, &k);
     if (k.kind == PK_TILE)
         matmul_tiled(b, w, p, x, y, n);
+    else if (k.kind == PK_TILE_I8)
+        kvq_vk_matmul_i8t(b, w, p, x, y, n);
     else if (k.kind == PK_AQLM_VEC)
         matvec_aqlm(b, w, p, x, y, n, NULL);
     else
@@ -207,7 +214,7 @@ int kvq_vk_matmul_fusable(const kvq_bctx *b, const kvq_wt *w, int n) {
 }
 
 void kvq_vk_matmul_fused(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n, const vk_mm_fuse *f) {
-    vk_pkey k = matmul_key(w, n);
+    vk_pkey k = matmul_key(b, w, n);
     matvec_aqlm(b, w, pipe_of(b, &k), x, y, n, f);
 }
 
@@ -242,10 +249,16 @@ void kvq_vk_get_rows(kvq_bctx *b, const kvq_wt *w, const int32_t *ids, int n, kv
 kvq_status kvq_vk_matmul_prepare(kvq_bctx *b, const kvq_wt *w, int rows_only) {
     vk_pkey k = get_rows_key(w);
     pipe_of(b, &k);
-    /* n = 1..VEC_MAX_N: decode and batched decode (and MoE experts a few rows pick); VEC_MAX_N + 1: tiles */
+    /* n = 1..VEC_MAX_N: decode and batched decode (and MoE experts a few rows pick); VEC_MAX_N + 1:
+     * tiles; VK_I8T_MIN_N: the int8 tiles where the weight takes them */
     for (int n = 1; n <= VEC_MAX_N + 1 && !rows_only; n++) {
-        k = matmul_key(w, n);
+        k = matmul_key(b, w, n);
         pipe_of(b, &k);
+    }
+    if (!rows_only && kvq_vk_i8t_wanted(b, w, VK_I8T_MIN_N)) {
+        k = matmul_key(b, w, VK_I8T_MIN_N);
+        pipe_of(b, &k);
+        kvq_vk_i8t_prepare(b);
     }
     if (!rows_only && w->fmt == KVQ_W_AQLM && !b->caps.fused_reduce)
         for (int i = 0; i < w->n_pieces; i++) {

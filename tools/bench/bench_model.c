@@ -39,7 +39,7 @@ static int usage(FILE *f) {
                "  --aqlm-lut8 CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (opt-in, lossy; see README)\n"
                "  --aqlm-i8   CPU: 1x16 AQLM through int8 codewords and int8 dot products (opt-in, lossy; see README);\n"
                "              a --synthetic 1x16 run also decodes with it on a second load (tg_i8_tps, tg_i8_speedup)\n"
-               "  --exact    CPU: AQLM prompts through the exact paths too; without it a --synthetic run also times\n"
+               "  --exact    AQLM prompts through the exact paths too (CPU, Vulkan); without it a --synthetic CPU run times\n"
                "              the prompt with them on a second load (pp_exact_tps, pp_speedup)\n"
                "  --profile  GPU: time and GB/s per op kind over the decoded tokens (commands run one at a time)\n"
                "  --plan  print the load plan (weights, KV cache of -p + -n positions per backend, device\n"

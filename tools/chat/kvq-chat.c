@@ -54,7 +54,7 @@ static void usage(FILE *f) {
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
             "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (faster, ~1%% matmul change)\n"
-            "  --exact               CPU: prompts through the exact AQLM paths too (default: int8 tiles, README)\n"
+            "  --exact               CPU and Vulkan: prompts through the exact AQLM paths too (default: int8 tiles, README)\n"
             "  --draft DIR           speculative decoding: DIR (a smaller model, same tokenizer) drafts tokens\n"
             "                        the model verifies in one batched step (same output, faster decode)\n"
             "  --lookup N            speculative decoding without a second model: draft the tokens that\n"
