@@ -14,7 +14,10 @@ export async function startServer(args = [], { model = MODEL, env = {} } = {}) {
   // one thread: the CPU backend's multi-threaded decode hands out work as threads finish,
   // so its float sums (and a temperature > 0 draw near a tie) can differ from run to run
   const threads = args.includes("-t") ? [] : ["-t", "1"];
-  const argv = ["--port", "0", "--backend", "cpu", ...threads, ...(model ? ["-m", model] : []), ...args];
+  // KVQ_SERVER_ARGS: flags added to every server a test starts (e.g. "--lookup 2" runs a
+  // test's requests through speculative decoding, whose output must not differ)
+  const extra = (process.env.KVQ_SERVER_ARGS || "").split(/\s+/).filter(Boolean);
+  const argv = ["--port", "0", "--backend", "cpu", ...threads, ...(model ? ["-m", model] : []), ...extra, ...args];
   const proc = spawn(BIN, argv, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
   let err = "", out = "";
   proc.stderr.on("data", (d) => { err += d; });

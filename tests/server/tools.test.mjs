@@ -7,28 +7,14 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
-import { startServer, postJSON, MODEL } from "./lib.mjs";
+import { startServer, postJSON } from "./lib.mjs";
+import { TEMPLATES, demoWith, removeDemoDirs } from "./templates.mjs";
 
-const DATA = path.join(path.dirname(new URL(import.meta.url).pathname), "..", "data", "chat_templates");
-const dirs = [];
 
-// The demo model with a published template's tokenizer_config.json fields in place of its own.
-function demoWith(template) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "kvq-tools-"));
-  dirs.push(dir);
-  for (const f of fs.readdirSync(MODEL))
-    if (f !== "tokenizer_config.json") fs.symlinkSync(path.resolve(MODEL, f), path.join(dir, f));
-  const own = JSON.parse(fs.readFileSync(path.join(MODEL, "tokenizer_config.json"), "utf8"));
-  const t = JSON.parse(fs.readFileSync(path.join(DATA, template, "tokenizer_config.json"), "utf8"));
-  fs.writeFileSync(path.join(dir, "tokenizer_config.json"), JSON.stringify({ ...own, chat_template: t.chat_template }));
-  return dir;
-}
-
-const convs = JSON.parse(fs.readFileSync(path.join(DATA, "conversations.json"), "utf8"));
-const expected = JSON.parse(fs.readFileSync(path.join(DATA, "expected.json"), "utf8"));
+const convs = JSON.parse(fs.readFileSync(path.join(TEMPLATES, "conversations.json"), "utf8"));
+const expected = JSON.parse(fs.readFileSync(path.join(TEMPLATES, "expected.json"), "utf8"));
 const conv = (name) => convs.find((c) => c.name === name);
 const rendering = (tmpl, name) =>
   expected.find((c) => c.template === tmpl && c.conversation === name && c.add_generation_prompt).text;
@@ -44,7 +30,7 @@ before(async () => {
 });
 after(async () => {
   for (const s of [qwen, mistral, plain]) if (s) assert.equal(await s.stop(), 0);
-  for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+  removeDemoDirs();
 });
 
 // the prompt's token count equals that of the Jinja rendering, tokenized as is

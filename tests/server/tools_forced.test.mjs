@@ -5,25 +5,8 @@
 // Llama-3.1's and Command-R's call formats. Also: tools with n > 1, and tools with response_format.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import { startServer, postJSON, MODEL } from "./lib.mjs";
-
-const DATA = path.join(path.dirname(new URL(import.meta.url).pathname), "..", "data", "chat_templates");
-const dirs = [];
-
-// The demo model with a published template in place of its own (as tools.test.mjs does).
-function demoWith(template) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "kvq-forced-"));
-  dirs.push(dir);
-  for (const f of fs.readdirSync(MODEL))
-    if (f !== "tokenizer_config.json") fs.symlinkSync(path.resolve(MODEL, f), path.join(dir, f));
-  const own = JSON.parse(fs.readFileSync(path.join(MODEL, "tokenizer_config.json"), "utf8"));
-  const t = JSON.parse(fs.readFileSync(path.join(DATA, template, "tokenizer_config.json"), "utf8"));
-  fs.writeFileSync(path.join(dir, "tokenizer_config.json"), JSON.stringify({ ...own, chat_template: t.chat_template }));
-  return dir;
-}
+import { startServer, postJSON } from "./lib.mjs";
+import { demoWith, removeDemoDirs } from "./templates.mjs";
 
 const TOOLS = [
   { type: "function", function: { name: "get_weather", description: "Weather for a city", parameters: {
@@ -85,7 +68,7 @@ before(async () => {
 });
 after(async () => {
   for (const s of Object.values(servers)) assert.equal(await s.stop(), 0);
-  for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+  removeDemoDirs();
 });
 
 const chat = (srv, body) => postJSON(srv.url + "/v1/chat/completions", body);
