@@ -649,7 +649,7 @@ static void test_i8(void **state) {
  * rounding where the CPU has a kernel (the tiles are really in use). */
 static void check_i8t(wdesc *w, const char *what) {
     static const int ns[] = {1, 7, 16, 45, 70};
-    int rows = w->d.rows, cols = w->d.cols, nmax = 70, kp = kvq_i8t_cols_pad(cols), nb = kp / KVQ_I8T_KB;
+    int rows = w->d.rows, cols = w->d.cols, nmax = 70;
     float *x = malloc(sizeof(float) * (size_t)nmax * cols), *y = malloc(sizeof(float) * (size_t)nmax * rows);
     float *yr = malloc(sizeof(float) * (size_t)nmax * rows), *ys = malloc(sizeof(float) * (size_t)nmax * rows);
     float *W = malloc(sizeof(float) * (size_t)rows * cols);
@@ -706,17 +706,7 @@ static void check_i8t(wdesc *w, const char *what) {
             for (int t = 0; tiles && t < n; t++)
                 for (int o = 0; o < rows; o++) {
                     const float *xt = x + (size_t)t * cols, *wo = W + (size_t)o * cols;
-                    double bound = 0.0;
-                    for (int b = 0; b < nb; b++) {
-                        int k0 = b * KVQ_I8T_KB, k1 = k0 + KVQ_I8T_KB < cols ? k0 + KVQ_I8T_KB : cols;
-                        double mw = 0, mx = 0, lw = 0, lx = 0;
-                        for (int k = k0; k < k1; k++) {
-                            mw = fmax(mw, fabs(wo[k])), mx = fmax(mx, fabs(xt[k]));
-                            lw += fabs(wo[k]), lx += fabs(xt[k]);
-                        }
-                        double sw = mw / 127, sa = mx / 127;
-                        bound += sw / 2 * lx + sa / 2 * lw + (k1 - k0) * sw * sa / 4;
-                    }
+                    double bound = tu_i8_block_bound(wo, xt, cols, KVQ_I8T_KB);
                     double r = yr[(size_t)t * rows + o], d = fabs(y[(size_t)t * rows + o] - r);
                     if (!(d <= bound * 1.001 + 1e-4 * (fabs(r) + 1.0)))
                         fail_msg("%s n=%d path=%s: token %d row %d off by %.3g > bound %.3g", what, n, path_name(&pa), t, o,

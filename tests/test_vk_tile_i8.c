@@ -80,18 +80,7 @@ static void free_weight(tweight *w) {
 
 /* The stated bound of output (t, o); W: the reference rows, x: the tokens. */
 static double i8t_bound(const float *wo, const float *xt, int cols) {
-    double bound = 0.0;
-    for (int k0 = 0; k0 < cols; k0 += 256) {
-        int k1 = k0 + 256 < cols ? k0 + 256 : cols;
-        double mw = 0, mx = 0, lw = 0, lx = 0;
-        for (int k = k0; k < k1; k++) {
-            mw = fmax(mw, fabs(wo[k])), mx = fmax(mx, fabs(xt[k]));
-            lw += fabs(wo[k]), lx += fabs(xt[k]);
-        }
-        double sw = mw / 127, sa = mx / 127;
-        bound += sw / 2 * lx + sa / 2 * lw + (k1 - k0) * sw * sa / 4;
-    }
-    return bound;
+    return tu_i8_block_bound(wo, xt, cols, 256);
 }
 
 typedef struct {

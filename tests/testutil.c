@@ -178,3 +178,18 @@ void tu_greedy(struct kvq_context *c, int n_vocab, int32_t *out, int n) {
         assert_int_equal(kvq_eval(c, &out[i], 1), KVQ_OK);
     }
 }
+
+double tu_i8_block_bound(const float *wo, const float *xt, int cols, int kb) {
+    double bound = 0.0;
+    for (int k0 = 0; k0 < cols; k0 += kb) {
+        int k1 = k0 + kb < cols ? k0 + kb : cols;
+        double mw = 0, mx = 0, lw = 0, lx = 0;
+        for (int k = k0; k < k1; k++) {
+            mw = fmax(mw, fabs(wo[k])), mx = fmax(mx, fabs(xt[k]));
+            lw += fabs(wo[k]), lx += fabs(xt[k]);
+        }
+        double sw = mw / 127, sa = mx / 127;
+        bound += sw / 2 * lx + sa / 2 * lw + (k1 - k0) * sw * sa / 4;
+    }
+    return bound;
+}

@@ -56,6 +56,10 @@ int tu_env_gpu_layers(void);
 /* Indices of the 3 largest of x[0..n), largest first. */
 void tu_top3(const float *x, int n, int *out);
 
+/* The stated error bound of one int8-tile output (row wo against token xt, cols long): each
+ * block of kb columns quantized to int8 with scale max|.|/127 on both sides. */
+double tu_i8_block_bound(const float *wo, const float *xt, int cols, int kb);
+
 struct kvq_context;
 /* Index of the largest of x[0..n) (the first on ties). */
 int32_t tu_argmax(const float *x, int n);
