@@ -88,47 +88,39 @@ static int parse(int argc, char **argv, chat_opts *o) {
         if (mr) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_ARG()                                                        \
-    do {                                                                  \
-        if (!v) return kvq_tool_die(P, "option %s needs a value", a) + 1; \
-        i++;                                                              \
-    } while (0)
-#define IS(x, y) (!strcmp(a, x) || !strcmp(a, y))
         double d;
         long n;
-        if (IS("-h", "--help")) { usage(stdout); return -1; }
-        else if (IS("-p", "--prompt")) { NEED_ARG(); o->prompt = v; }
-        else if (IS("-f", "--file")) { NEED_ARG(); o->prompt_file = v; }
-        else if (IS("--logits-out", "--logits-out")) { NEED_ARG(); o->logits_out = v; }
-        else if (IS("--prompt-cache", "--prompt-cache")) { NEED_ARG(); o->prompt_cache = v; }
-        else if (IS("--chat-template", "--chat-template")) { NEED_ARG(); o->chat_template = v; }
-        else if (IS("--system", "-sys")) { NEED_ARG(); o->system = v; }
-        else if (IS("--ids", "--ids")) o->print_ids = 1;
-        else if (IS("--json", "--json")) o->json = 1;
-        else if (IS("--json-schema", "--json-schema")) { NEED_ARG(); o->json_schema = v; }
-        else if (IS("--chat", "--chat")) o->chat = 1;
-        else if (IS("--ignore-eos", "--ignore-eos")) o->ignore_eos = 1;
-        else if (IS("--no-display-prompt", "--no-display-prompt")) o->no_display_prompt = 1;
-        else if (IS("--verbose-prompt", "--verbose-prompt")) o->verbose_prompt = 1;
-        else if (IS("-n", "--n-predict")) { NEED_ARG(); if (kvq_tool_parse_int(v, -1, 1 << 30, &o->n_predict)) goto bad; }
-        else if (IS("--keep", "--keep")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 30, &o->keep)) goto bad; }
-        else if (IS("--top-k", "--top-k")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 30, &n)) goto bad; o->sp.top_k = (int)n; }
-        else if (IS("--repeat-last-n", "--repeat-last-n")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 20, &n)) goto bad; o->sp.repeat_last_n = (int)n; }
-        else if (IS("--seed", "-s")) { NEED_ARG(); if (kvq_tool_parse_int(v, -1, 0x7fffffffffffffffL, &o->seed)) goto bad; }
-        else if (IS("--draft", "--draft")) { NEED_ARG(); o->draft = v; }
-        else if (IS("--lookup", "--lookup")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 64, &o->lookup)) goto bad; }
-        else if (IS("--draft-max", "--draft-max")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 64, &o->draft_max)) goto bad; }
-        else if (IS("--draft-min-p", "--draft-min-p")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d < 0 || d > 1) goto bad; o->draft_min_p = d; }
-        else if (IS("--temp", "--temp")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d < 0) goto bad; o->sp.temp = (float)d; }
-        else if (IS("--top-p", "--top-p")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d <= 0 || d > 1) goto bad; o->sp.top_p = (float)d; }
-        else if (IS("--min-p", "--min-p")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d < 0 || d > 1) goto bad; o->sp.min_p = (float)d; }
-        else if (IS("--repeat-penalty", "--repeat-penalty")) { NEED_ARG(); if (kvq_tool_parse_float(v, &d) || d <= 0) goto bad; o->sp.repeat_penalty = (float)d; }
+        if (FLAG_IS("-h", "--help")) { usage(stdout); return -1; }
+        else if (FLAG_IS("-p", "--prompt")) { FLAG_VALUE(); o->prompt = v; }
+        else if (FLAG_IS("-f", "--file")) { FLAG_VALUE(); o->prompt_file = v; }
+        else if (FLAG_IS("--logits-out", "--logits-out")) { FLAG_VALUE(); o->logits_out = v; }
+        else if (FLAG_IS("--prompt-cache", "--prompt-cache")) { FLAG_VALUE(); o->prompt_cache = v; }
+        else if (FLAG_IS("--chat-template", "--chat-template")) { FLAG_VALUE(); o->chat_template = v; }
+        else if (FLAG_IS("--system", "-sys")) { FLAG_VALUE(); o->system = v; }
+        else if (FLAG_IS("--ids", "--ids")) o->print_ids = 1;
+        else if (FLAG_IS("--json", "--json")) o->json = 1;
+        else if (FLAG_IS("--json-schema", "--json-schema")) { FLAG_VALUE(); o->json_schema = v; }
+        else if (FLAG_IS("--chat", "--chat")) o->chat = 1;
+        else if (FLAG_IS("--ignore-eos", "--ignore-eos")) o->ignore_eos = 1;
+        else if (FLAG_IS("--no-display-prompt", "--no-display-prompt")) o->no_display_prompt = 1;
+        else if (FLAG_IS("--verbose-prompt", "--verbose-prompt")) o->verbose_prompt = 1;
+        else if (FLAG_IS("-n", "--n-predict")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, -1, 1 << 30, &o->n_predict)) goto bad; }
+        else if (FLAG_IS("--keep", "--keep")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, 0, 1 << 30, &o->keep)) goto bad; }
+        else if (FLAG_IS("--top-k", "--top-k")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, 0, 1 << 30, &n)) goto bad; o->sp.top_k = (int)n; }
+        else if (FLAG_IS("--repeat-last-n", "--repeat-last-n")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, 0, 1 << 20, &n)) goto bad; o->sp.repeat_last_n = (int)n; }
+        else if (FLAG_IS("--seed", "-s")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, -1, 0x7fffffffffffffffL, &o->seed)) goto bad; }
+        else if (FLAG_IS("--draft", "--draft")) { FLAG_VALUE(); o->draft = v; }
+        else if (FLAG_IS("--lookup", "--lookup")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, 1, 64, &o->lookup)) goto bad; }
+        else if (FLAG_IS("--draft-max", "--draft-max")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, 1, 64, &o->draft_max)) goto bad; }
+        else if (FLAG_IS("--draft-min-p", "--draft-min-p")) { FLAG_VALUE(); if (kvq_tool_parse_float(v, &d) || d < 0 || d > 1) goto bad; o->draft_min_p = d; }
+        else if (FLAG_IS("--temp", "--temp")) { FLAG_VALUE(); if (kvq_tool_parse_float(v, &d) || d < 0) goto bad; o->sp.temp = (float)d; }
+        else if (FLAG_IS("--top-p", "--top-p")) { FLAG_VALUE(); if (kvq_tool_parse_float(v, &d) || d <= 0 || d > 1) goto bad; o->sp.top_p = (float)d; }
+        else if (FLAG_IS("--min-p", "--min-p")) { FLAG_VALUE(); if (kvq_tool_parse_float(v, &d) || d < 0 || d > 1) goto bad; o->sp.min_p = (float)d; }
+        else if (FLAG_IS("--repeat-penalty", "--repeat-penalty")) { FLAG_VALUE(); if (kvq_tool_parse_float(v, &d) || d <= 0) goto bad; o->sp.repeat_penalty = (float)d; }
         else return kvq_tool_die(P, "unknown option '%s' (see --help)", a) + 1;
         continue;
     bad:
         return kvq_tool_die(P, "bad value '%s' for %s", v, a) + 1;
-#undef NEED_ARG
-#undef IS
     }
     if (o->prompt && o->prompt_file) return kvq_tool_die(P, "give -p or -f, not both") + 1;
     if (o->draft && o->lookup) return kvq_tool_die(P, "give --draft or --lookup, not both") + 1;

@@ -112,13 +112,12 @@ int kvq_tool_parse_ngl(const char *s, int *out) {
 
 int kvq_tool_model_flag(const char *prog, const kvq_tool_model_flags *f, int argc, char **argv, int *i) {
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-#define IS(x, y) (!strcmp(a, x) || !strcmp(a, y))
-    if (IS("--aqlm-cb8", "--aqlm-cb8")) return *f->aqlm_cb8 = 1;
-    if (IS("--aqlm-lut8", "--aqlm-lut8")) return *f->aqlm_lut8 = 1;
-    if (IS("--aqlm-i8", "--aqlm-i8")) return *f->aqlm_i8 = 1;
-    if (IS("--exact", "--exact")) return *f->exact = 1;
-    if (IS("--kv-rotate", "--kv-rotate")) return (*f->kv_rotate = 1);
-    if (IS("--no-kv-rotate", "--no-kv-rotate")) return (*f->kv_rotate = 0) + 1;
+    if (FLAG_IS("--aqlm-cb8", "--aqlm-cb8")) return *f->aqlm_cb8 = 1;
+    if (FLAG_IS("--aqlm-lut8", "--aqlm-lut8")) return *f->aqlm_lut8 = 1;
+    if (FLAG_IS("--aqlm-i8", "--aqlm-i8")) return *f->aqlm_i8 = 1;
+    if (FLAG_IS("--exact", "--exact")) return *f->exact = 1;
+    if (FLAG_IS("--kv-rotate", "--kv-rotate")) return (*f->kv_rotate = 1);
+    if (FLAG_IS("--no-kv-rotate", "--no-kv-rotate")) return (*f->kv_rotate = 0) + 1;
     static const char *const valued[] = {"-m",  "--model",   "--backend",    "--device",         "-ngl", "--n-gpu-layers",
                                          "--gpu-layers", "-c", "--ctx-size", "-b", "--batch-size", "-t", "--threads",
                                          "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"};
@@ -128,16 +127,15 @@ int kvq_tool_model_flag(const char *prog, const kvq_tool_model_flags *f, int arg
     if (!v) return kvq_tool_die(prog, "option %s needs a value", a), -1;
     ++*i;
     int bad = 0;
-    if (IS("-m", "--model")) *f->model = v;
-    else if (IS("--backend", "--backend")) *f->backend = v;
-    else if (IS("--device", "--device")) *f->device = v;
-    else if (IS("-ngl", "--n-gpu-layers") || IS("--gpu-layers", "--gpu-layers")) bad = kvq_tool_parse_ngl(v, f->ngl);
-    else if (IS("-c", "--ctx-size")) bad = kvq_tool_parse_int(v, 0, 1 << 30, f->n_ctx);
-    else if (IS("-b", "--batch-size")) bad = kvq_tool_parse_int(v, 1, 1 << 20, f->n_batch);
-    else if (IS("-t", "--threads")) bad = kvq_tool_parse_int(v, 1, 1024, f->threads);
-    else if (IS("-ctk", "--cache-type-k")) bad = (*f->type_k = kvq_cache_type_parse(v)) < 0;
+    if (FLAG_IS("-m", "--model")) *f->model = v;
+    else if (FLAG_IS("--backend", "--backend")) *f->backend = v;
+    else if (FLAG_IS("--device", "--device")) *f->device = v;
+    else if (FLAG_IS("-ngl", "--n-gpu-layers") || FLAG_IS("--gpu-layers", "--gpu-layers")) bad = kvq_tool_parse_ngl(v, f->ngl);
+    else if (FLAG_IS("-c", "--ctx-size")) bad = kvq_tool_parse_int(v, 0, 1 << 30, f->n_ctx);
+    else if (FLAG_IS("-b", "--batch-size")) bad = kvq_tool_parse_int(v, 1, 1 << 20, f->n_batch);
+    else if (FLAG_IS("-t", "--threads")) bad = kvq_tool_parse_int(v, 1, 1024, f->threads);
+    else if (FLAG_IS("-ctk", "--cache-type-k")) bad = (*f->type_k = kvq_cache_type_parse(v)) < 0;
     else bad = (*f->type_v = kvq_cache_type_parse(v)) < 0;
-#undef IS
     if (bad) return kvq_tool_die(prog, "bad value '%s' for %s", v, a), -1;
     return 1;
 }

@@ -12,6 +12,16 @@ const char *kvq_tool_demo_model(void);
 /* Prints "<prog>: <msg>" on stderr (one line) and returns 1 (for `return die(...)`). */
 int kvq_tool_die(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* For a tool's flag loop, with `a` (the flag), `v` (the next argument or NULL), `i` and `P`
+ * (the program's name) in scope: FLAG_IS matches either spelling of a flag; FLAG_VALUE takes v
+ * as the flag's value, or ends the parse (the function returns non-zero) with one line. */
+#define FLAG_IS(x, y) (!strcmp(a, x) || !strcmp(a, y))
+#define FLAG_VALUE()                                                      \
+    do {                                                                  \
+        if (!v) return kvq_tool_die(P, "option %s needs a value", a) + 1; \
+        i++;                                                              \
+    } while (0)
+
 /* Strict number parsing: return 0 and set *out on success, -1 on junk. */
 int kvq_tool_parse_int(const char *s, long lo, long hi, long *out);
 /* -ngl / --n-gpu-layers: a count, "all" / -1 (every layer) or "auto" (what the device's memory

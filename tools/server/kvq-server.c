@@ -73,33 +73,25 @@ static int parse(int argc, char **argv, srv_opts *o) {
         if (mr) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_ARG()                                                        \
-    do {                                                                  \
-        if (!v) return kvq_tool_die(P, "option %s needs a value", a) + 1; \
-        i++;                                                              \
-    } while (0)
-#define IS(x, y) (!strcmp(a, x) || !strcmp(a, y))
-        if (IS("-h", "--help")) { usage(stdout); return -1; }
-        else if (IS("--host", "--host")) { NEED_ARG(); o->host = v; }
-        else if (IS("--chat-template", "--chat-template")) { NEED_ARG(); o->chat_template = v; }
-        else if (IS("--alias", "-a")) { NEED_ARG(); o->alias = v; }
-        else if (IS("--api-key", "--api-key")) { NEED_ARG(); o->api_key = v; }
-        else if (IS("--port", "--port")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 65535, &o->port)) goto bad; }
-        else if (IS("-np", "--parallel")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 256, &o->n_slots)) goto bad; }
-        else if (IS("--slot-save-path", "--slot-save-path")) { NEED_ARG(); o->slot_save_path = v; }
-        else if (IS("--prefix-cache", "--prefix-cache")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 24, &o->prefix_mib)) goto bad; }
-        else if (IS("--queue", "--queue")) { NEED_ARG(); if (kvq_tool_parse_int(v, 0, 1 << 20, &o->queue)) goto bad; }
-        else if (IS("--chunk", "--chunk")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->chunk)) goto bad; }
-        else if (IS("--draft", "-md")) { NEED_ARG(); o->draft_dir = v; }
-        else if (IS("--lookup", "--lookup")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 64, &o->lookup_n)) goto bad; }
-        else if (IS("--draft-max", "--draft-max")) { NEED_ARG(); if (kvq_tool_parse_int(v, 1, 16, &o->draft_max)) goto bad; }
-        else if (IS("--draft-min-p", "--draft-min-p")) { NEED_ARG(); if (kvq_tool_parse_float(v, &o->draft_min_p) || o->draft_min_p < 0 || o->draft_min_p > 1) goto bad; }
+        if (FLAG_IS("-h", "--help")) { usage(stdout); return -1; }
+        else if (FLAG_IS("--host", "--host")) { FLAG_VALUE(); o->host = v; }
+        else if (FLAG_IS("--chat-template", "--chat-template")) { FLAG_VALUE(); o->chat_template = v; }
+        else if (FLAG_IS("--alias", "-a")) { FLAG_VALUE(); o->alias = v; }
+        else if (FLAG_IS("--api-key", "--api-key")) { FLAG_VALUE(); o->api_key = v; }
+        else if (FLAG_IS("--port", "--port")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, 0, 65535, &o->port)) goto bad; }
+        else if (FLAG_IS("-np", "--parallel")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, 1, 256, &o->n_slots)) goto bad; }
+        else if (FLAG_IS("--slot-save-path", "--slot-save-path")) { FLAG_VALUE(); o->slot_save_path = v; }
+        else if (FLAG_IS("--prefix-cache", "--prefix-cache")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, 1, 1 << 24, &o->prefix_mib)) goto bad; }
+        else if (FLAG_IS("--queue", "--queue")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, 0, 1 << 20, &o->queue)) goto bad; }
+        else if (FLAG_IS("--chunk", "--chunk")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, 1, 1 << 20, &o->chunk)) goto bad; }
+        else if (FLAG_IS("--draft", "-md")) { FLAG_VALUE(); o->draft_dir = v; }
+        else if (FLAG_IS("--lookup", "--lookup")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, 1, 64, &o->lookup_n)) goto bad; }
+        else if (FLAG_IS("--draft-max", "--draft-max")) { FLAG_VALUE(); if (kvq_tool_parse_int(v, 1, 16, &o->draft_max)) goto bad; }
+        else if (FLAG_IS("--draft-min-p", "--draft-min-p")) { FLAG_VALUE(); if (kvq_tool_parse_float(v, &o->draft_min_p) || o->draft_min_p < 0 || o->draft_min_p > 1) goto bad; }
         else return kvq_tool_die(P, "unknown option '%s' (see --help)", a) + 1;
         continue;
     bad:
         return kvq_tool_die(P, "bad value '%s' for %s", v, a) + 1;
-#undef NEED_ARG
-#undef IS
     }
     if (o->chat_template && kvq_tool_check_template_name(P, o->chat_template)) return 1;
     struct stat st;

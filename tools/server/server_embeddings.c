@@ -11,13 +11,11 @@
 #include "server_sched.h"
 
 typedef struct embd_job {
+    srv_job job;
     int32_t *const *ids;
     const int *n;
-    int count, done;
+    int count;
     float *out; /* count x n_embd */
-    srv_error err;
-    pthread_cond_t cv;
-    struct embd_job *next;
 } embd_job;
 
 /* Outside the lock, on the scheduler thread. */
@@ -29,7 +27,7 @@ static void run_job(srv_server *s, embd_job *j) {
         cp.logits_all = 0;
         if (kvq_context_new(s->m, &cp, &s->embd) != KVQ_OK) {
             s->embd = NULL;
-            srv_fail(&j->err, 500, NULL, "cannot make the embeddings context: %s", kvq_last_error());
+            srv_fail(&j->job.err, 500, NULL, "cannot make the embeddings context: %s", kvq_last_error());
             return;
         }
     }
@@ -37,7 +35,7 @@ static void run_job(srv_server *s, embd_job *j) {
         float *v = j->out + (size_t)i * d;
         if (kvq_kv_truncate(s->embd, 0) != KVQ_OK || kvq_eval(s->embd, j->ids[i], j->n[i]) != KVQ_OK ||
             kvq_embedding(s->embd, v) != KVQ_OK) {
-            srv_fail(&j->err, 500, NULL, "input %d: %s", i, kvq_last_error());
+            srv_fail(&j->job.err, 500, NULL, "input %d: %s", i, kvq_last_error());
             return;
         }
         double ss = 0;
@@ -49,44 +47,19 @@ static void run_job(srv_server *s, embd_job *j) {
 
 void srv_run_embd_jobs(srv_server *s) {
     while (s->embd_jobs) {
-        embd_job *j = s->embd_jobs;
-        s->embd_jobs = j->next;
+        embd_job *j = (embd_job *)s->embd_jobs;
+        s->embd_jobs = j->job.next;
         pthread_mutex_unlock(&s->mu);
         run_job(s, j);
         pthread_mutex_lock(&s->mu);
-        j->done = 1;
-        pthread_cond_broadcast(&j->cv);
-    }
-}
-
-void srv_fail_embd_jobs(srv_server *s) {
-    for (embd_job *j = s->embd_jobs; j; j = s->embd_jobs) {
-        s->embd_jobs = j->next;
-        srv_fail(&j->err, 503, "shutting_down", "the server is shutting down");
-        j->done = 1;
-        pthread_cond_broadcast(&j->cv);
+        srv_job_done(&j->job);
     }
 }
 
 /* Waits for the scheduler to compute the embeddings: 0, or -1 with e filled. */
 static int embed(srv_server *s, int32_t *const *ids, const int *n, int count, float *out, srv_error *e) {
     embd_job j = {.ids = ids, .n = n, .count = count, .out = out};
-    pthread_cond_init(&j.cv, NULL);
-    pthread_mutex_lock(&s->mu);
-    if (s->stop) {
-        pthread_mutex_unlock(&s->mu);
-        pthread_cond_destroy(&j.cv);
-        return srv_fail(e, 503, "shutting_down", "the server is shutting down");
-    }
-    embd_job **pp = &s->embd_jobs;
-    while (*pp) pp = &(*pp)->next;
-    *pp = &j;
-    pthread_cond_signal(&s->cv);
-    while (!j.done) pthread_cond_wait(&j.cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
-    pthread_cond_destroy(&j.cv);
-    if (j.err.status) return *e = j.err, -1;
-    return 0;
+    return srv_job_wait(s, &s->embd_jobs, &j.job, e);
 }
 
 /* One input (a string, or an array of token ids) as tokens; NULL with e filled. */

@@ -685,8 +685,8 @@ static void *sched_main(void *arg) {
         s->kv_used = used;
     }
     /* shutting down: slot actions still queued fail, as do queued requests; running ones end here */
-    srv_fail_slot_jobs(s);
-    srv_fail_embd_jobs(s);
+    srv_jobs_fail(&s->jobs);
+    srv_jobs_fail(&s->embd_jobs);
     while (s->q_head) {
         srv_req *r = s->q_head;
         s->q_head = r->next;

@@ -33,14 +33,21 @@ typedef struct {
     int n_lp, cap_lp, gen_bytes; /* gen_bytes: the reply's text so far, for text offsets */
 } slot;
 
+/* Work handed from an HTTP thread to the scheduler thread, which alone touches the contexts;
+ * each kind of job puts this first (server_jobs.c). */
+typedef struct srv_job {
+    struct srv_job *next;
+    pthread_cond_t cv;
+    int done;
+    srv_error err;
+} srv_job;
+
 /* A slot action waiting for the scheduler thread (srv_slot_action). */
 typedef struct slot_job {
-    int slot, action, done;
+    srv_job job;
+    int slot, action;
     const char *path;
     srv_slot_result res;
-    srv_error err;
-    pthread_cond_t cv;
-    struct slot_job *next;
 } slot_job;
 
 struct srv_server {
@@ -60,25 +67,30 @@ struct srv_server {
     pthread_t th;
     int stop, started, n_queued, prefill_next;
     srv_req *q_head, *q_tail;
-    slot_job *jobs; /* slot actions, run between steps when their slot is free */
+    srv_job *jobs; /* slot_jobs: slot actions, run between steps when their slot is free */
     long next_id;
     int step_ms; /* KVQ_SERVER_STEP_MS: a pause per step, so tests can watch replies stream */
     srv_metrics met;
     size_t kv_used, kv_total;
     struct srv_prefix *prefix; /* --prefix-cache, or NULL */
     kvq_context *embd;         /* /v1/embeddings' context, made at the first request */
-    struct embd_job *embd_jobs;
+    srv_job *embd_jobs; /* server_embeddings.c's jobs */
     struct srv_spec *spec; /* --draft / --lookup, or NULL */
 };
 
+/* server_jobs.c. srv_job_wait (not under the lock): appends j to *queue, wakes the scheduler
+ * and waits until it is done: 0, or -1 with e filled (503 once the server is stopping).
+ * srv_job_done (under the lock): j is finished, its waiter goes on. srv_jobs_fail (under the
+ * lock, at shutdown): every job still queued fails with 503. */
+int srv_job_wait(srv_server *s, srv_job **queue, srv_job *j, srv_error *e);
+void srv_job_done(srv_job *j);
+void srv_jobs_fail(srv_job **queue);
 /* server_slots.c, under the lock: runs the queued slot actions whose slot is free (dropping the
- * lock around each), and at shutdown fails the rest with 503. */
+ * lock around each). */
 void srv_run_slot_jobs(srv_server *s);
-void srv_fail_slot_jobs(srv_server *s);
 /* server_embeddings.c, under the lock: runs the queued /v1/embeddings jobs (dropping the lock
- * around each); at shutdown fails the rest with 503. */
+ * around each). */
 void srv_run_embd_jobs(srv_server *s);
-void srv_fail_embd_jobs(srv_server *s);
 
 /* server_fork.c: n > 1. Outside the lock, once the lead's prompt is read (its cache holds just
  * the prompt, its logits in lead->saved): the waiting choices' slots take copies of both. */

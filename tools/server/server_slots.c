@@ -32,25 +32,24 @@ static void run_job(srv_server *s, slot_job *j) {
     }
     j->res.ms = 1e3 * (kvq_tool_now() - t0);
     if (st == KVQ_OK && j->action != SRV_SLOT_ERASE) j->res.bytes = (size_t)file_bytes(j->path);
-    if (st == KVQ_ERR_IO && j->action == SRV_SLOT_RESTORE) srv_fail(&j->err, 404, "not_found", "%s", kvq_last_error());
-    else if (st == KVQ_ERR_FORMAT || st == KVQ_ERR_ARG) srv_fail(&j->err, 400, NULL, "%s", kvq_last_error());
-    else if (st != KVQ_OK) srv_fail(&j->err, 500, NULL, "%s", kvq_last_error());
+    if (st == KVQ_ERR_IO && j->action == SRV_SLOT_RESTORE) srv_fail(&j->job.err, 404, "not_found", "%s", kvq_last_error());
+    else if (st == KVQ_ERR_FORMAT || st == KVQ_ERR_ARG) srv_fail(&j->job.err, 400, NULL, "%s", kvq_last_error());
+    else if (st != KVQ_OK) srv_fail(&j->job.err, 500, NULL, "%s", kvq_last_error());
 }
 
 /* The others wait for their slot's request to end. */
 void srv_run_slot_jobs(srv_server *s) {
-    for (slot_job **pp = &s->jobs; *pp;) {
-        slot_job *j = *pp;
+    for (srv_job **pp = &s->jobs; *pp;) {
+        slot_job *j = (slot_job *)*pp;
         if (s->slots[j->slot].r) {
-            pp = &j->next;
+            pp = &j->job.next;
             continue;
         }
-        *pp = j->next;
+        *pp = j->job.next;
         pthread_mutex_unlock(&s->mu);
         run_job(s, j);
         pthread_mutex_lock(&s->mu);
-        j->done = 1;
-        pthread_cond_broadcast(&j->cv);
+        srv_job_done(&j->job);
         pp = &s->jobs; /* the list may have changed while unlocked */
     }
 }
@@ -59,33 +58,7 @@ int srv_slot_action(srv_server *s, int slot, int action, const char *path, srv_s
     if (slot < 0 || slot >= s->n_slots)
         return srv_fail(e, 400, NULL, "no slot %d: this server has slots 0..%d (-np %d)", slot, s->n_slots - 1, s->n_slots);
     slot_job j = {.slot = slot, .action = action, .path = path};
-    pthread_cond_init(&j.cv, NULL);
-    pthread_mutex_lock(&s->mu);
-    if (s->stop) {
-        pthread_mutex_unlock(&s->mu);
-        pthread_cond_destroy(&j.cv);
-        return srv_fail(e, 503, "shutting_down", "the server is shutting down");
-    }
-    slot_job **pp = &s->jobs;
-    while (*pp) pp = &(*pp)->next;
-    *pp = &j;
-    pthread_cond_signal(&s->cv);
-    while (!j.done) pthread_cond_wait(&j.cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
-    pthread_cond_destroy(&j.cv);
+    int rc = srv_job_wait(s, &s->jobs, &j.job, e);
     *res = j.res;
-    if (j.err.status) {
-        *e = j.err;
-        return -1;
-    }
-    return 0;
-}
-
-void srv_fail_slot_jobs(srv_server *s) {
-    for (slot_job *j = s->jobs; j; j = s->jobs) {
-        s->jobs = j->next;
-        srv_fail(&j->err, 503, "shutting_down", "the server is shutting down");
-        j->done = 1;
-        pthread_cond_broadcast(&j->cv);
-    }
+    return rc;
 }
