@@ -31,6 +31,9 @@ static int fail(cctx *c, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(c->err, c->errsz, fmt, ap);
         va_end(ap);
+        /* names from the schema may hold control bytes: the error stays one line */
+        for (char *p = c->err; *p; p++)
+            if ((unsigned char)*p < 0x20) *p = ' ';
     }
     c->failed = 1;
     return -1;
