@@ -128,7 +128,9 @@ for t in $targets; do
         printf '%s\000%s' '{"$defs":{"t":{"type":"object","properties":{"v":{"type":"number"},"k":{"type":"array","items":{"$ref":"#/$defs/t"}}}}},"$ref":"#/$defs/t"}' '{"v":-1.5e3,"k":[{"v":0},{"k":[]}]}' >"$d/tree"
         printf '\000%s' '{ "a" : [1, true, null, "s"],
  "b": {}}' >"$d/object"
-        printf '%s' '{"type":["string","null"],"pattern":"x"}' >"$d/strict" ;;
+        printf '%s' '{"type":["string","null"],"pattern":"x"}' >"$d/strict"
+        # once a crash: a keyword name with a newline made the compile error two lines
+        printf '%s' '{"type\n":["string"],"pattern":"x"}' >"$d/ctrl_name" ;;
     server_request)
         # byte 0: route (0 chat, 1 completions, 2 tokenize, 3 detokenize); the rest is the JSON body
         printf '\000%s' '{"model":"demo","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]}],"max_tokens":16,"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":42,"stop":["\n","END"],"stream":true,"stream_options":{"include_usage":true},"presence_penalty":0.5,"frequency_penalty":-0.5,"n":1}' >"$d/chat"
