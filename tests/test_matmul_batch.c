@@ -46,9 +46,19 @@ static void wmade_free(wmade *w) {
     free(w->scales);
 }
 
+/* Tokens [0, NMAX) of x one at a time into out, on nt threads. */
+static void one_by_one(const kvq_cpu_weight *cw, const float *x, float *out, int cols, int rows, int nt) {
+    for (int t = 0; t < 16; t++) kvq_cpu_matmul(cw, x + (size_t)t * cols, out + (size_t)t * rows, 1, nt);
+}
+
 /* For every ISA here: n = 1..16 tokens at once against each token alone
- * (bit for bit) and against the reference (rel L2 <= tol), on 1..max_nt threads. */
-static void check_batches(const wmade *w, double tol, int max_nt, const char *what) {
+ * (bit for bit) and against the reference (rel L2 <= tol). Threads: with
+ * `per_nt` 0, each token alone on one thread and the batches on 1..max_nt
+ * (the result may not depend on the thread count); with `per_nt` 1, for
+ * each nt in 1..max_nt the tokens alone and the batches on nt threads (the
+ * table paths: a thread count fixes how the work is chunked, and the
+ * result must not depend on which thread took which chunk). */
+static void check_batches(const wmade *w, double tol, int max_nt, int per_nt, const char *what) {
     enum { NMAX = 16 };
     int rows = w->d.rows, cols = w->d.cols;
     float *x = malloc(sizeof(float) * NMAX * cols), *alone = malloc(sizeof(float) * NMAX * rows);
@@ -62,17 +72,19 @@ static void check_batches(const wmade *w, double tol, int max_nt, const char *wh
         kvq_cpu_set_isa((kvq_isa)isa);
         kvq_cpu_weight *cw = kvq_cpu_weight_new(&w->d);
         if (!cw) fail_msg("%s: weight_new failed: %s", what, kvq_last_error());
-        for (int t = 0; t < NMAX; t++) kvq_cpu_matmul(cw, x + (size_t)t * cols, alone + (size_t)t * rows, 1, 1);
-        double e = tu_rel_l2(alone, yr, (size_t)NMAX * rows);
-        if (!(e <= tol)) fail_msg("%s isa=%s alone: rel L2 %.3g > %.1g", what, kvq_isa_name((kvq_isa)isa), e, tol);
-        for (int n = 2; n <= NMAX; n++) {
-            int nt = 1 + n % max_nt; /* rows split unevenly too */
-            memset(y, 0xff, sizeof(float) * (size_t)n * rows);
-            kvq_cpu_matmul(cw, x, y, n, nt);
-            for (size_t i = 0; i < (size_t)n * rows; i++)
-                if (memcmp(&y[i], &alone[i], sizeof(float)))
-                    fail_msg("%s isa=%s n=%d threads=%d: token %zu row %zu is %.9g in the batch, %.9g alone", what,
-                             kvq_isa_name((kvq_isa)isa), n, nt, i / (size_t)rows, i % (size_t)rows, y[i], alone[i]);
+        for (int pass = 1; pass <= (per_nt ? max_nt : 1); pass++) {
+            one_by_one(cw, x, alone, cols, rows, pass);
+            double e = tu_rel_l2(alone, yr, (size_t)NMAX * rows);
+            if (!(e <= tol)) fail_msg("%s isa=%s alone: rel L2 %.3g > %.1g", what, kvq_isa_name((kvq_isa)isa), e, tol);
+            for (int n = 2; n <= NMAX; n++) {
+                int nt = per_nt ? pass : 1 + n % max_nt; /* rows split unevenly too */
+                memset(y, 0xff, sizeof(float) * (size_t)n * rows);
+                kvq_cpu_matmul(cw, x, y, n, nt);
+                for (size_t i = 0; i < (size_t)n * rows; i++)
+                    if (memcmp(&y[i], &alone[i], sizeof(float)))
+                        fail_msg("%s isa=%s n=%d threads=%d: token %zu row %zu is %.9g in the batch, %.9g alone", what,
+                                 kvq_isa_name((kvq_isa)isa), n, nt, i / (size_t)rows, i % (size_t)rows, y[i], alone[i]);
+            }
         }
         kvq_cpu_weight_free(cw);
     }
@@ -88,33 +100,34 @@ static void test_gather_batches(void **state) {
     (void)state;
     wmade w;
     make_aqlm(&w, 37, 104, 1, 16, 8, 1); /* 1x16, 13 groups: an odd one at the end */
-    check_batches(&w, 1e-5, 3, "1x16 37x104");
+    check_batches(&w, 1e-5, 3, 0, "1x16 37x104");
     wmade_free(&w);
     make_aqlm(&w, 70, 208, 1, 16, 16, 1); /* 1x16 with 16-value groups */
-    check_batches(&w, 1e-5, 3, "1x16g16 70x208");
+    check_batches(&w, 1e-5, 3, 0, "1x16g16 70x208");
     wmade_free(&w);
     make_aqlm(&w, 33, 120, 2, 12, 8, 1); /* two codebooks of 12 bits */
-    check_batches(&w, 1e-5, 3, "2x12 33x120");
+    check_batches(&w, 1e-5, 3, 0, "2x12 33x120");
     wmade_free(&w);
     make_aqlm(&w, 301, 1024, 1, 16, 8, 0); /* default (non-exact) 1x16: batches below the int8 tiles */
-    check_batches(&w, 1e-5, 3, "1x16 301x1024");
+    check_batches(&w, 1e-5, 3, 0, "1x16 301x1024");
     wmade_free(&w);
 }
 
-/* 8-bit codes through tables: a step's tokens share each chunk of codes.
- * One thread: with more, which thread takes which chunk (and so the order
- * of the f32 partial sums) varies from call to call, for one token too. */
+/* 8-bit codes through tables: a step's tokens share each chunk of codes,
+ * and on 2-3 threads the chunks go to whichever thread asks first; each
+ * chunk's partial has its own slot, so the same call gives the same bits
+ * (before, with one partial per thread, it did not, for one token too). */
 static void test_table_batches(void **state) {
     (void)state;
     wmade w;
     make_aqlm(&w, 37, 104, 2, 8, 8, 1); /* 2x8 */
-    check_batches(&w, KVQ_LUT_I16_REL_L2, 1, "2x8 37x104");
+    check_batches(&w, KVQ_LUT_I16_REL_L2, 3, 1, "2x8 37x104");
     wmade_free(&w);
     make_aqlm(&w, 70, 1000, 3, 8, 8, 1); /* odd M: group pairs, chunks with a remainder */
-    check_batches(&w, KVQ_LUT_I16_REL_L2, 1, "3x8 70x1000");
+    check_batches(&w, KVQ_LUT_I16_REL_L2, 3, 1, "3x8 70x1000");
     wmade_free(&w);
     make_aqlm(&w, 301, 2048, 2, 8, 8, 0); /* default 2x8: several chunks */
-    check_batches(&w, KVQ_LUT_I16_REL_L2, 1, "2x8 301x2048");
+    check_batches(&w, KVQ_LUT_I16_REL_L2, 3, 1, "2x8 301x2048");
     wmade_free(&w);
 }
 

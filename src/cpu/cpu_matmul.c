@@ -469,13 +469,19 @@ static void lut_reduce(const kvq_cpu_weight *w, const float *parts, int T, float
     add_bias(w, yt, o0, o1);
 }
 
-/* lut_reduce for token tok of n when each thread keeps n partial outputs (matmul_lutq). */
-static void lut_reduce_tok(const kvq_cpu_weight *w, const float *parts, int T, int n, int tok, float *yt, int o0, int o1) {
+/* Token tok of n when each of K chunks keeps n partial outputs (matmul_lutq):
+ * the partials summed in chunk order, 64 rows at a time so the adds run
+ * across rows (vectors) while each row's order stays the chunks'. */
+static void lut_reduce_tok(const kvq_cpu_weight *w, const float *parts, int K, int n, int tok, float *yt, int o0, int o1) {
     size_t pad = (size_t)w->rows_pad;
-    for (int o = o0; o < o1; o++) {
-        float sum = 0.0f;
-        for (int i = 0; i < T; i++) sum += parts[((size_t)i * n + tok) * pad + (size_t)o];
-        yt[o] = w->scales[o] * sum;
+    for (int o = o0; o < o1; o += 64) {
+        int m = o1 - o < 64 ? o1 - o : 64;
+        float sum[64] = {0};
+        for (int i = 0; i < K; i++) {
+            const float *p = parts + ((size_t)i * n + tok) * pad + (size_t)o;
+            for (int j = 0; j < m; j++) sum[j] += p[j];
+        }
+        for (int j = 0; j < m; j++) yt[o + j] = w->scales[o + j] * sum[j];
     }
     add_bias(w, yt, o0, o1);
 }
@@ -512,21 +518,23 @@ static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const f
     }
 }
 
-/* Groups [g, *end) for the asking thread; g >= w->G when none are left. Full
+/* The chunks of groups the int16-table decode hands out, in order: full
  * chunks while much is left, then ever smaller ones (down to a quarter
- * chunk), so the threads finish together: on the Zen 5 VM the faster
- * thread's wait at the barrier halved (7B 2x8 decode, ~4 ms of 60 per token). */
-static int take_groups(int *next, const kvq_cpu_weight *w, int chunk, int T, int *end) {
-    int unit = w->M % 2 ? 2 : 1, least = chunk / 4 / unit * unit, g = __atomic_load_n(next, __ATOMIC_RELAXED), e;
-    do {
-        if (g >= w->G) return g;
+ * chunk), so the threads finish together (on the Zen 5 VM the faster
+ * thread's wait at the barrier halved: 7B 2x8 decode, ~4 ms of 60 per
+ * token). Fixed by the weight, the chunk and T alone; writes the K + 1
+ * chunk starts (the last is w->G) when starts is given, returns K. */
+static int lutq_schedule(const kvq_cpu_weight *w, int chunk, int T, int *starts) {
+    int unit = w->M % 2 ? 2 : 1, least = chunk / 4 / unit * unit, k = 0;
+    for (int g = 0; g < w->G; k++) {
         int want = (w->G - g) / (2 * T) / unit * unit;
         want = want > chunk ? chunk : want < least ? least : want;
         if (want < unit) want = unit;
-        e = g + want < w->G ? g + want : w->G;
-    } while (!__atomic_compare_exchange_n(next, &g, e, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-    *end = e;
-    return g;
+        if (starts) starts[k] = g;
+        g = g + want < w->G ? g + want : w->G;
+    }
+    if (starts) starts[k] = w->G;
+    return k;
 }
 
 /* Quantized tables a weight's lookups use: int8 (lut8, on kernels that have
@@ -550,41 +558,52 @@ static size_t lutq_thread_floats(const kvq_cpu_weight *w) {
     return (size_t)lutq_decode_chunk(w) * w->M * (256 + 128) + (size_t)w->rows_pad;
 }
 
-/* int16 tables (lutq_*): chunks of up to lutq_decode_chunk(w) groups are
- * handed out as threads ask (take_groups; the two vCPUs of a VM ran the same share 10-30% apart),
- * each with its own scale: q = round(T * 32767 / max|T| of the chunk), exact
- * int32 sums per chunk, added to the partials as f32. Per chunk, not per
+/* int16 tables (lutq_*): chunks of up to lutq_decode_chunk(w) groups
+ * (lutq_schedule) are handed out as threads ask (the two vCPUs of a VM ran
+ * the same share 10-30% apart), each with its own scale: q = round(T *
+ * 32767 / max|T| of the chunk), exact int32 sums per chunk. Every chunk's
+ * f32 partial goes to its own slot and the slots are summed in chunk order,
+ * so which thread took which chunk does not change a bit: the same call
+ * gives the same floats every time (with one partial per thread, greedy
+ * decode on 2+ threads could differ from run to run). Per chunk, not per
  * token, so the tables never leave the thread's cache and the error is no
  * larger than with one scale per token. A step of several tokens (server
  * rows, speculative drafts) runs every token through a chunk before the next
  * chunk is taken: the chunk's codes come from memory once for all of them,
  * and each token gets the chunks, scales and int32 sums it would get alone.
- * parts holds n partial outputs per thread (token i's at + i*rows_pad). */
+ * parts holds n partial outputs per chunk (chunk k's token i at
+ * parts + (k*n + i)*rows_pad), then the schedule's starts as ints. */
 static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
-                        float *scratch_all, float *parts) {
-    int rows16 = (w->rows + 15) / 16, chunk = lutq_decode_chunk(w), next = 0;
+                        float *scratch_all, float *parts, int max_chunks) {
+    int rows16 = (w->rows + 15) / 16, chunk = lutq_decode_chunk(w), next = 0, K = 0;
     qtables qt = qtables_for(k, w);
     size_t pad = (size_t)w->rows_pad, per = lutq_thread_floats(w);
+    int *starts = (int *)(parts + (size_t)max_chunks * pad * n);
     if (nt > KVQ_MAX_LUT_THREADS) nt = KVQ_MAX_LUT_THREADS;
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads(), o0, o1;
+#pragma omp single
+        K = lutq_schedule(w, chunk, T, starts); /* T <= nt: no more chunks than max_chunks */
         kvq_split(rows16, T, t, &o0, &o1);
         o0 *= 16, o1 = o1 * 16 < w->rows ? o1 * 16 : w->rows;
-        float *mine = parts + (size_t)t * pad * n, *own = scratch_all + (size_t)t * per;
+        float *own = scratch_all + (size_t)t * per;
         void *q = own + (size_t)chunk * w->M * 256;
         int32_t *acc = (int32_t *)(own + (size_t)chunk * w->M * 384);
-        memset(mine, 0, pad * n * sizeof *mine);
-        for (int ga, gb; (ga = take_groups(&next, w, chunk, T, &gb)) < w->G;)
+        for (int c; (c = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < K;) {
+            int ga = starts[c], gb = starts[c + 1];
             for (int tok = 0; tok < n; tok++) {
+                float *slot = parts + ((size_t)c * n + tok) * pad;
+                memset(slot, 0, pad * sizeof *slot);
                 float mx = k->lutq_build(w, x + (size_t)tok * w->cols, own, ga, gb);
                 /* mx = 0: all tables zero, any scale works; non-finite mx makes the outputs non-finite too */
                 qt.pack(w, own, mx > 0.0f ? qt.qmax / mx : 0.0f, q, qt.pair_bytes, ga, gb);
-                qt.gemv(w, q, ga * w->M, gb * w->M, mx / qt.qmax, acc, mine + (size_t)tok * pad, 0, w->rows_pad);
+                qt.gemv(w, q, ga * w->M, gb * w->M, mx / qt.qmax, acc, slot, 0, w->rows_pad);
             }
+        }
 #pragma omp barrier
         for (int tok = 0; tok < n; tok++)
-            lut_reduce_tok(w, parts, T, n, tok, y + (size_t)tok * w->rows, o0, o1);
+            lut_reduce_tok(w, parts, K, n, tok, y + (size_t)tok * w->rows, o0, o1);
     }
 }
 
@@ -813,13 +832,20 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
         }
     }
     if (w->kind == KVQ_CW_AQLM_LUT && n < KVQ_LUT_MAX_N) {
+        /* threads as for one token: the thread count fixes how the groups are
+         * chunked, so a step of n tokens gives each the bits it gets alone */
+        nt = threads_for(n_threads, (size_t)w->rows * (size_t)w->cols);
         size_t tn = nt > KVQ_MAX_LUT_THREADS ? KVQ_MAX_LUT_THREADS : (size_t)nt;
         /* Per thread a chunk's tables (and with int16 ones, its int32 sums), then a partial output per thread. */
         size_t tables_n = tn * (k->lutq_gemv ? lutq_thread_floats(w) : (size_t)lut_chunk(w) * w->M * 256);
-        float *luts = scratch(tables_n + tn * w->rows_pad * (size_t)(k->lutq_gemv ? n : 1));
+        /* int16 tables: a partial per chunk (lutq_schedule's count grows with T), then its starts */
+        int max_chunks = k->lutq_gemv ? lutq_schedule(w, lutq_decode_chunk(w), (int)tn, NULL) : 0;
+        size_t parts_n = k->lutq_gemv ? (size_t)max_chunks * w->rows_pad * (size_t)n + (size_t)max_chunks + 1
+                                      : tn * w->rows_pad;
+        float *luts = scratch(tables_n + parts_n);
         if (luts) {
             if (k->lutq_gemv)
-                matmul_lutq(k, w, x, y, n, nt, luts, luts + tables_n);
+                matmul_lutq(k, w, x, y, n, nt, luts, luts + tables_n, max_chunks);
             else
                 matmul_lut(k, w, x, y, n, nt, luts, luts + tables_n);
             return;
