@@ -131,10 +131,24 @@ static void test_table_batches(void **state) {
     wmade_free(&w);
 }
 
+/* Dense fp16 (an AQLM model's LM head, every linear of a plain checkpoint):
+ * a pass over the weight per 4 tokens, up to 16 tokens. */
+static void test_dense_batches(void **state) {
+    (void)state;
+    int rows = 203, cols = 328;
+    uint16_t *h = malloc(sizeof *h * (size_t)rows * cols);
+    assert_non_null(h);
+    for (size_t i = 0; i < (size_t)rows * cols; i++) h[i] = kvq_f32_to_f16(tu_randf(&rng) - 0.5f);
+    wmade w = {.d = {.fmt = KVQ_W_F16, .rows = rows, .cols = cols, .data = h, .name = "batch.dense"}};
+    check_batches(&w, 1e-5, 3, 0, "f16 203x328");
+    free(h);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gather_batches),
         cmocka_unit_test(test_table_batches),
+        cmocka_unit_test(test_dense_batches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

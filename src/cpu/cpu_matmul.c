@@ -10,10 +10,9 @@
  *    of a step run through one chunk of codes before the next;
  *  - AQLM nbits > 8, n <= 16: codeword gather + FMA, each row's codewords
  *    fetched once per step for all tokens.
- *  Both give a token of a 2-16 token step the bits it gets alone (greedy
- *  speculative decoding relies on it; tests/test_matmul_batch.c); with 2+
- *  threads 2x8 adds its per-thread f32 partials in an order that varies
- *  between calls, one token's too (last-bit differences). Cost per
+ *  All three give a token of a 2-16 token step the bits it gets alone (on
+ *  the same -t), every call (greedy speculative decoding and the
+ *  server's determinism rely on it; tests/test_matmul_batch.c). Cost per
  *  extra token (1 thread, 11008x4096, CPU time, Zen 4/5 VM): 2x8 ~0.45 ms
  *  against ~0.55 ms for one token (lookups, not memory, set the pace), 1x16
  *  ~1.5 ms against ~4 ms (f32 FMAs); docs/performance.md "Small batches";
@@ -95,7 +94,12 @@ typedef struct {
  * per-token LUTs stay ahead of dequantize + GEMM up to ~16 tokens, a weight
  * pass per 4 tokens (dense, codeword gather) up to ~8. */
 #define KVQ_LUT_MAX_N 17
-#define KVQ_GEMV_MAX_N 8
+/* Dense weights stay on the GEMV up to 16 tokens too (a weight pass per 4
+ * tokens), though tiles overtake it from ~8: so that a step of up to 16
+ * rows (a server step, a speculative verification) gives each row the bits
+ * it gets alone, as the AQLM paths do (the dense LM head of an AQLM model
+ * changed a greedy reply when 8 streams shared a step). */
+#define KVQ_GEMV_MAX_N 17
 /* Codeword gathers take a step of up to this many tokens in one pass (each
  * row's codewords fetched once for all of them, KVQ_GATHER_MAX_T). */
 #define KVQ_GATHER_MAX_N (KVQ_GATHER_MAX_T + 1)
