@@ -4,7 +4,8 @@
 // KV cache MiB per stream (one slot of -c tokens).
 //   node tests/server/bench.mjs [--server BUILD/kvq-server] [-m DIR] [-c N] [-n TOKENS] [-- extra server flags]
 // e.g. node tests/server/bench.mjs -m models/demo -c 1024 -- -ctk q4 -ctv q4 -t 2
-// Prints one line per level: server streams=<n> agg_tps=<x> ttft_ms=<x> kv_mib_per_stream=<x>
+// Prints one line per level: server streams=<n> agg_tps=<x> ttft_ms=<x> kv_mib_per_stream=<x>, then the
+// aggregate part's wall_s and the server's steps, step_s, decode_s, prompt_s (from /metrics)
 // (--streams 1,8: the streams=1 line's TTFT is the prompt alone, the streams=8 line's beside 7
 // decoding streams, which are cut off once the probe has its token)
 import path from "node:path";
@@ -57,14 +58,20 @@ function stream(ids, max_tokens) {
   return { first, done, abort: () => ac.abort() };
 }
 
+// the server's own clock over the aggregate part: its steps, and the forwards within them
+// (decode_s + prompt_s; step_s adds sampling and publishing, wall_s the HTTP side and the client)
+const timings = async () => Object.fromEntries(await Promise.all(
+  ["steps_total", "step_seconds_total", "generation_seconds_total", "prompt_seconds_total"].map(async (k) => [k, await metric(srv.url, k)])));
 const kvTotal = await metric(srv.url, "kv_cache_bytes_total");
 const kvPerStream = kvTotal / maxStreams / (1 << 20);
 await stream(prompt(32), 8).done; // warm up
 for (const n of levels) {
   // aggregate: n streams of nGen tokens from 32-token prompts, all started together
+  const m0 = await timings();
   const t0 = performance.now();
   const runs = await Promise.all(Array.from({ length: n }, () => stream(prompt(32), nGen).done));
   const wall = (Math.max(...runs.map((r) => r.tEnd)) - t0) / 1000;
+  const m1 = await timings();
   const agg = runs.reduce((a, r) => a + r.tokens, 0) / wall;
   // time to first token of a 128-token prompt while n-1 other streams decode
   const others = Array.from({ length: n - 1 }, () => stream(prompt(32), 4 * nGen));
@@ -72,6 +79,9 @@ for (const n of levels) {
   const probe = await stream(prompt(128), 1).done;
   others.forEach((o) => o.abort());
   await Promise.all(others.map((o) => o.done));
-  console.log(`server streams=${n} agg_tps=${agg.toFixed(1)} ttft_ms=${probe.ttft.toFixed(1)} kv_mib_per_stream=${kvPerStream.toFixed(3)}`);
+  const d = (k) => (m1[k] - m0[k]).toFixed(2);
+  console.log(`server streams=${n} agg_tps=${agg.toFixed(1)} ttft_ms=${probe.ttft.toFixed(1)} kv_mib_per_stream=${kvPerStream.toFixed(3)}` +
+              ` wall_s=${wall.toFixed(2)} steps=${m1.steps_total - m0.steps_total} step_s=${d("step_seconds_total")}` +
+              ` decode_s=${d("generation_seconds_total")} prompt_s=${d("prompt_seconds_total")}`);
 }
 await srv.stop();

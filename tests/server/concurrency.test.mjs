@@ -133,3 +133,38 @@ test("a long prompt is read in chunks between decode steps: a running stream kee
     assert.equal(await srv.stop(), 0);
   }
 });
+
+// Other requests' prompts read while a greedy stream decodes (each past 16 rows, on a q4 cache,
+// which shows rounding most) leave its reply as it is alone: the step keeps decode rows and a
+// prompt chunk in separate forwards. Mixed, "Baseball is a game of" changed from 1960 to 1961.
+const DOC = "The jury said that the city of Atlanta should take steps to improve its election laws. " +
+  "The grand jury commented on a number of other topics, among them the purchasing departments of the city. ";
+const BESIDE = ["The city. ", "In the spring, ", "Mr. Johnson said: ", "Yesterday ", "At noon "].map((s) => s + DOC + DOC);
+test("a greedy stream on a q4 cache equals its reply alone while other prompts are read beside it", async () => {
+  const q4 = ["-np", "2", "-c", "512", "-ctk", "q4", "-ctv", "q4"];
+  const run = async (fn) => {
+    const srv = await startServer(q4);
+    try {
+      return await fn(new OpenAI({ baseURL: srv.url + "/v1", apiKey: "none", maxRetries: 0 }));
+    } finally {
+      assert.equal(await srv.stop(), 0);
+    }
+  };
+  for (const p of ["Baseball is a game of", ...PROMPTS.slice(0, 5)]) {
+    const alone = await run((client) => collect(client, p, 48));
+    const beside = await run(async (client) => {
+      const s = await client.completions.create({ model: "demo", prompt: p, max_tokens: 48, temperature: 0, stream: true });
+      let text = "", read = null;
+      for await (const ch of s) {
+        text += ch.choices[0] ? ch.choices[0].text : "";
+        // after the first token: the other prompts, one after another, on the second slot
+        read ??= (async () => {
+          for (const b of BESIDE) await client.completions.create({ model: "demo", prompt: b, max_tokens: 1 });
+        })();
+      }
+      await read;
+      return text;
+    });
+    assert.equal(beside, alone, p);
+  }
+});

@@ -183,6 +183,7 @@ typedef struct srv_metrics {
     unsigned long requests[SRV_N_ROUTES_MAX], errors_4xx, errors_5xx, rejected_busy, queued_total, disconnects;
     unsigned long prompt_tokens, prompt_tokens_cached, gen_tokens, steps;
     double prompt_seconds, gen_seconds, gen_tps_ema;
+    double step_seconds; /* whole steps: the forwards, sampling, publishing (the rest is the server's own) */
     /* --prefix-cache: restores, the prompt tokens they gave, files written; files and bytes held */
     unsigned long prefix_hits, prefix_tokens, prefix_saves, prefix_files, prefix_bytes;
     unsigned long draft_tokens, draft_accepted; /* --draft/--lookup: tokens drafted, and accepted */

@@ -63,11 +63,12 @@ char *srv_metrics_text(const srv_snapshot *sn) {
     metric(&b, "client_disconnects_total", "counter", "Completions whose client went away before the end.", (double)m->disconnects);
     metric(&b, "prompt_tokens_total", "counter", "Prompt tokens of admitted completions.", (double)m->prompt_tokens);
     metric(&b, "prompt_tokens_cached_total", "counter", "Prompt tokens reused from a slot's KV cache.", (double)m->prompt_tokens_cached);
-    metric(&b, "prompt_seconds_total", "counter", "Seconds of steps that read a prompt chunk.", m->prompt_seconds);
+    metric(&b, "prompt_seconds_total", "counter", "Seconds of the forwards that read prompt chunks.", m->prompt_seconds);
     metric(&b, "generated_tokens_total", "counter", "Tokens generated.", (double)m->gen_tokens);
-    metric(&b, "generation_seconds_total", "counter", "Seconds of steps that decoded tokens.", m->gen_seconds);
+    metric(&b, "generation_seconds_total", "counter", "Seconds of the decode forwards.", m->gen_seconds);
+    metric(&b, "step_seconds_total", "counter", "Seconds of whole scheduler steps (forwards, sampling, publishing).", m->step_seconds);
     metric(&b, "generation_tokens_per_second", "gauge", "Aggregate decode tok/s over the recent steps.", m->gen_tps_ema);
-    metric(&b, "steps_total", "counter", "Scheduler steps (one batched evaluation each).", (double)m->steps);
+    metric(&b, "steps_total", "counter", "Scheduler steps (a decode forward, a prompt chunk, or both).", (double)m->steps);
     metric(&b, "prefix_cache_hits_total", "counter", "Requests that started from a disk prefix cache file.", (double)m->prefix_hits);
     metric(&b, "prefix_cache_tokens_total", "counter", "Prompt tokens restored from the disk prefix cache.", (double)m->prefix_tokens);
     metric(&b, "prefix_cache_saves_total", "counter", "Slot caches written to the disk prefix cache.", (double)m->prefix_saves);

@@ -1,8 +1,8 @@
 /* kvq-server: the slots (one kvq_context each, all on one model) and the
  * scheduler thread. Every step makes one kvq_eval_batch call holding the
- * pending token of each decoding slot plus at most one chunk of one slot's
- * prompt, so a long prompt is read between decode steps instead of stalling
- * the streams already running. A request takes the free slot whose cached
+ * pending token of each decoding slot, then reads at most one chunk of one
+ * slot's prompt, so a long prompt is read between decode steps instead of
+ * stalling the streams already running. A request takes the free slot whose cached
  * tokens share the longest prefix with its prompt and evaluates only the rest. */
 #include <math.h>
 #include <stdlib.h>
@@ -516,9 +516,17 @@ static void publish_lp(slot *sl) {
     pthread_cond_broadcast(&r->cv);
 }
 
-/* One step: one kvq_eval_batch over the decoding slots and at most one prompt chunk.
+/* A step makes up to two forwards: one kvq_eval_batch over the decode rows, and the prompt
+ * chunk alone. Mixed into one, a step past 16 rows (7 for dense weights) took the batched
+ * kernels, which round differently from the per-token ones a decode row gets alone or beside a
+ * few other decode rows: a greedy reply changed with the moment another request's prompt
+ * happened to be read (docs/serving.md#determinism). Did entry j's forward fail? */
+static int eval_failed(const kvq_context *c, kvq_status st) { return c && st != KVQ_OK; }
+
+/* One step: the decode rows of the decoding slots, and at most one prompt chunk.
  * Called without the lock; publishes the new text under it and returns holding it. */
 static void step(srv_server *s) {
+    double t_step = kvq_tool_now();
     kvq_context *ctx[s->n_slots];
     const int32_t *ids[s->n_slots];
     int n[s->n_slots], who[s->n_slots], gen0[s->n_slots], count = 0, n_decode = 0, prefill = -1, scored = -1;
@@ -569,15 +577,19 @@ static void step(srv_server *s) {
     /* the evaluated entries come first; saved-logits entries (ctx NULL) after them */
     int n_eval = 0;
     while (n_eval < count && ctx[n_eval]) n_eval++;
-    double t0 = kvq_tool_now();
-    kvq_status st = n_eval ? kvq_eval_batch(ctx, ids, n, n_eval) : KVQ_OK;
+    double t0 = kvq_tool_now(), dt_pre = 0;
+    kvq_status st_dec = n_decode ? kvq_eval_batch(ctx, ids, n, n_decode) : KVQ_OK, st_pre = KVQ_OK;
     double dt = kvq_tool_now() - t0;
+    if (n_eval > n_decode) { /* the prompt chunk in a forward of its own: see eval_failed */
+        st_pre = kvq_eval(ctx[n_decode], ids[n_decode], n[n_decode]);
+        dt_pre = kvq_tool_now() - t0 - dt;
+    }
     for (int j = 0; j < count; j++) {
         slot *sl = &s->slots[who[j]];
         gen0[j] = sl->r->n_gen;
         sl->finish = SRV_FINISH_NONE;
         sl->out.n = 0;
-        if (st != KVQ_OK && ctx[j]) continue;
+        if (eval_failed(ctx[j], j < n_decode ? st_dec : st_pre)) continue;
         if (!ctx[j]) {
             sl->r->t_prompt_done = kvq_tool_now();
             srv_fork_choices(s, sl);
@@ -607,12 +619,12 @@ static void step(srv_server *s) {
         double tps = (n_decode + kept) / (dt > 1e-9 ? dt : 1e-9);
         s->met.gen_tps_ema = s->met.gen_tps_ema > 0 ? 0.8 * s->met.gen_tps_ema + 0.2 * tps : tps;
     }
-    if (prefill >= 0) s->met.prompt_seconds += dt;
+    if (prefill >= 0) s->met.prompt_seconds += dt_pre;
     for (int j = 0; j < count; j++) {
         slot *sl = &s->slots[who[j]];
         srv_req *r = sl->r;
         s->met.gen_tokens += (unsigned long)(r->n_gen - gen0[j]);
-        if (st != KVQ_OK && ctx[j]) {
+        if (eval_failed(ctx[j], j < n_decode ? st_dec : st_pre)) {
             srv_fail(&r->err, 500, NULL, "evaluation failed: %s", kvq_last_error());
             kvq_kv_truncate(sl->c, 0);
             kvq_logits_all_set(sl->c, 0); /* a slot that was verifying drafts */
@@ -653,6 +665,7 @@ static void step(srv_server *s) {
             finish_slot(s, sc, SRV_FINISH_LENGTH);
         }
     }
+    s->met.step_seconds += kvq_tool_now() - t_step;
 }
 
 static void *sched_main(void *arg) {
