@@ -517,7 +517,7 @@ static void publish_lp(slot *sl) {
 }
 
 /* A step makes up to two forwards: one kvq_eval_batch over the decode rows, and the prompt
- * chunk alone. Mixed into one, a step past 16 rows (7 for dense weights) took the batched
+ * chunk alone. Mixed into one, a step past 16 rows took the batched
  * kernels, which round differently from the per-token ones a decode row gets alone or beside a
  * few other decode rows: a greedy reply changed with the moment another request's prompt
  * happened to be read (docs/serving.md#determinism). Did entry j's forward fail? */
