@@ -93,16 +93,6 @@ int kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst) {
     return KVQ_OK;
 }
 
-int kvq_i8_exponents(const kvq_cpu_weight *w, int16_t e[KVQ_I8_CLASSES], float *base) {
-    float top = w->cbq_cls[KVQ_I8_CLASSES - 1];
-    *base = ldexpf(top, -8);
-    for (int k = 0; k < KVQ_I8_CLASSES; k++) {
-        int v = top > 0.0f && w->cbq_cls[k] > 0.0f ? ilogbf(w->cbq_cls[k]) - ilogbf(top) + 8 : 0;
-        e[k] = (int16_t)(v < 0 ? 0 : v > 8 ? 8 : v);
-    }
-    return 0;
-}
-
 /* A token's stride (values of q; q16 takes twice the bytes, d an eighth):
  * a multiple of 64, plus one line when it is a multiple of 1 KiB. With 4096
  * columns every token's q fell in the same L1 set, and 8 tokens per pass

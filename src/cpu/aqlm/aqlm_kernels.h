@@ -6,6 +6,8 @@
 #ifndef KVQ_CPU_AQLM_KERNELS_H
 #define KVQ_CPU_AQLM_KERNELS_H
 
+#include <math.h>
+
 #include "cpu/cpu_weight.h"
 
 /* LUT kernels prefetch the codes this many steps ahead. Measured when threads
@@ -132,8 +134,16 @@ void kvq_aqlm_i8_gemv_neon(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, 
 size_t kvq_i8_codebook_bytes(const kvq_cpu_weight *w);
 int kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst);
 /* The class scales as powers of two of one base: cbq_cls[k] = base * 2^e[k],
- * e[k] in [0, 8] (aqlm_i8.c); returns 0. */
-int kvq_i8_exponents(const kvq_cpu_weight *w, int16_t e[KVQ_I8_CLASSES], float *base);
+ * e[k] in [0, 8] (aqlm_i8.c). Here, not there: the kernels need it and
+ * aqlm_i8.c calls the kernels. */
+static inline void kvq_i8_exponents(const kvq_cpu_weight *w, int16_t e[KVQ_I8_CLASSES], float *base) {
+    float top = w->cbq_cls[KVQ_I8_CLASSES - 1];
+    *base = ldexpf(top, -8);
+    for (int k = 0; k < KVQ_I8_CLASSES; k++) {
+        int v = top > 0.0f && w->cbq_cls[k] > 0.0f ? ilogbf(w->cbq_cls[k]) - ilogbf(top) + 8 : 0;
+        e[k] = (int16_t)(v < 0 ? 0 : v > 8 ? 8 : v);
+    }
+}
 /* Accuracy of the int8 path against the fp16 weights in f32 (rel L2 over a
  * matmul's outputs, random weights and activations: ~6e-3) that
  * tests/test_matmul.c holds it to, next to the per-output bound stated there. */
