@@ -104,9 +104,9 @@ typedef struct {
                             ~1% RMS change of each matmul's outputs (README) */
     int aqlm_i8;         /* CPU only, opt-in and lossy: one-codebook AQLM with 9..16-bit codes
                             (1x16, 1x16gN) keeps int8 codewords with a scale each and multiplies
-                            them with int8-quantized activations (integer dot products): faster
+                            them with 12-bit-quantized activations (integer dot products): faster
                             1x16 matmuls (decode and prompts), ~1% RMS change of their outputs
-                            (README). Takes precedence over aqlm_cb8 on those weights */
+                            (README). Takes precedence over aqlm_cb8 on those weights; off with exact */
     int exact;           /* CPU: 1 = prompts (batches of tokens) through the exact AQLM paths too.
                             0 (default): AQLM prompts take int8 tiles / int8 tables, whose
                             per-output error bound keeps kvq-ppl within the README's budget

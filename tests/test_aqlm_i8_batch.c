@@ -66,7 +66,7 @@ static int kernels_here(kern *k) {
         k[n++] = (kern){"vnni", kvq_aqlm_i8_gemv_vnni, KVQ_I8_VNNI_MAX_T};
 #endif
 #if defined(__aarch64__)
-    if (kvq_cpu_isa_available(KVQ_ISA_NEON) && kvq_cpu_has_dotprod())
+    if (kvq_cpu_isa_available(KVQ_ISA_NEON))
         k[n++] = (kern){"neon", kvq_aqlm_i8_gemv_neon, KVQ_GEMV_MAX_T};
 #endif
     return n;

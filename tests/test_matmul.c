@@ -518,9 +518,10 @@ static void test_lut8(void **state) {
  * aqlm/aqlm_i8.c): every path within KVQ_I8_REL_L2 of the fp16 weights and
  * above int8's floor (the int8 path is really in use), every output within
  * the stated bound |r_o| sum_g (s_c/2 |x_g|_1 + |q_c s_c|_1 d_b/2), computed
- * here from the fp16 codebook (s_c = max|v| of codeword c's class / 127: the
+ * here from the fp16 codebook (s_c = top * 2^(e-8), top = max|v| / 127, e the
+ * least in [0, 8] with max|v| of codeword c's class <= 127 s_c: the
  * codewords in order of (max|v|, code) in KVQ_I8_CLASSES runs of equal size;
- * d_b = max|x_b|/127 per 32 values), and every SIMD path within f32 rounding
+ * d_b = max|x_b|/KVQ_I8_AMAX per KVQ_I8_ABLK values), and every SIMD path within f32 rounding
  * of the scalar one (the spec of the scheme). Activations get outliers so
  * block scales differ. Other weights ignore i8. */
 static const float *g_mx; /* for by_mx */
@@ -552,18 +553,22 @@ static void check_i8(wdesc *w, const char *what) {
     }
     g_mx = mx;
     if (used) qsort(order, (size_t)K, sizeof *order, by_mx);
+    float top = used ? mx[order[K - 1]] / 127.0f : 0.0f; /* class scales: top * 2^(e - 8), the least e in [0, 8] that holds */
     for (int n = 0, per = K / KVQ_I8_CLASSES; n < K && used; n++) { /* s_c and |v_c|_1 + ig * s_c / 2 >= |q_c s_c|_1 */
-        int c = order[n];
-        cs[c] = mx[order[n / per * per + per - 1]] / 127.0f;
+        int c = order[n], e = 0;
+        float cm = mx[order[n / per * per + per - 1]];
+        while (e < 8 && cm > 127.0f * ldexpf(top, e - 8)) e++;
+        cs[c] = ldexpf(top, e - 8);
         l1[c] += (float)ig * cs[c] / 2.0f;
     }
     free(mx), free(order);
     for (int t = 0; t < nmax && used; t++) {
         const float *xt = x + (size_t)t * cols;
-        for (int b = 0; b < (cols + 31) / 32; b++) {
+        for (int b = 0; b < (cols + 31) / 32; b++) { /* d_b per KVQ_I8_ABLK values, held per 32 */
             float mx = 0.0f;
-            for (int k = b * 32; k < cols && k < b * 32 + 32; k++) mx = fabsf(xt[k]) > mx ? fabsf(xt[k]) : mx;
-            db[b] = mx / 127.0f;
+            int k0 = b * 32 / KVQ_I8_ABLK * KVQ_I8_ABLK;
+            for (int k = k0; k < cols && k < k0 + KVQ_I8_ABLK; k++) mx = fabsf(xt[k]) > mx ? fabsf(xt[k]) : mx;
+            db[b] = mx / KVQ_I8_AMAX;
         }
         for (int o = 0; o < rows; o++) {
             double e = 0.0;

@@ -93,30 +93,65 @@ static double dot_ceiling(int cols, int reps) {
 BARE(1)
 BARE(8)
 #undef BARE
+/* The same with the --aqlm-i8 kernel's widths: the gathered codewords
+ * widened to int16 once per step, then two vpdpwssd per token on int16
+ * activations (twice the bytes of the int8 loop's). */
+#define BARE16(T)                                                                                                      \
+    static __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) double bare16_##T(                         \
+        const uint16_t *codes, const int8_t *cbq, const uint8_t *xu, int rows, int steps) {                            \
+        double t0 = cpu_now();                                                                                         \
+        __m512i sink = _mm512_setzero_si512();                                                                         \
+        for (int o = 0; o < rows; o++) {                                                                               \
+            __m512i acc[T];                                                                                            \
+            for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_si512();                                              \
+            const uint16_t *c = codes + (size_t)o * steps * 8;                                                         \
+            for (int u = 0; u < steps; u++) {                                                                          \
+                __m512i gi = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)(c + 8 * u)));                    \
+                __m512i cw = _mm512_i64gather_epi64(gi, (const long long *)(const void *)cbq, 8);                     \
+                __m512i w0 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(cw));                                        \
+                __m512i w1 = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(cw, 1));                                  \
+                for (int t = 0; t < T; t++) {                                                                          \
+                    const uint8_t *xt = xu + ((size_t)t * (steps + 1) + u) * 128;                                      \
+                    acc[t] = _mm512_dpwssd_epi32(acc[t], _mm512_loadu_si512(xt), w0);                                  \
+                    acc[t] = _mm512_dpwssd_epi32(acc[t], _mm512_loadu_si512(xt + 64), w1);                             \
+                }                                                                                                      \
+            }                                                                                                          \
+            for (int t = 0; t < T; t++) sink = _mm512_add_epi32(sink, acc[t]);                                         \
+        }                                                                                                              \
+        volatile int keep = _mm512_reduce_add_epi32(sink);                                                             \
+        (void)keep;                                                                                                    \
+        return cpu_now() - t0;                                                                                         \
+    }
+BARE16(1)
+BARE16(8)
+#undef BARE16
 
-/* n=8 over n=1 time of the bare loop (0 where there is no AVX-512 VNNI). */
-static double bare_ratio(int rows, int cols, int reps) {
+/* n=8 over n=1 time of the bare loop, int8 or (wide) int16 (0 where there
+ * is no AVX-512 VNNI). */
+static double bare_ratio(int rows, int cols, int reps, int wide) {
     if (!kvq_cpu_isa_available(KVQ_ISA_AVX512) || !kvq_cpu_has_vnni()) return 0.0;
     int steps = cols / 64;
     uint16_t *codes = malloc((size_t)rows * steps * 8 * 2);
     int8_t *cbq = kvq_alloc_aligned((size_t)65536 * 8);
-    uint8_t *xu = kvq_alloc_aligned((size_t)8 * (steps + 1) * 64); /* a token's stride off 4 KiB multiples */
+    uint8_t *xu = kvq_alloc_aligned((size_t)8 * (steps + 1) * 128); /* a token's stride off 4 KiB multiples */
     if (!codes || !cbq || !xu) return 0.0;
     for (size_t i = 0; i < (size_t)rows * steps * 8; i++) codes[i] = (uint16_t)kvq_bench_rnd(&g_rng);
     for (size_t i = 0; i < (size_t)65536 * 8; i++) cbq[i] = (int8_t)kvq_bench_rnd(&g_rng);
-    for (size_t i = 0; i < (size_t)8 * (steps + 1) * 64; i++) xu[i] = (uint8_t)kvq_bench_rnd(&g_rng);
+    for (size_t i = 0; i < (size_t)8 * (steps + 1) * 128; i++) xu[i] = (uint8_t)kvq_bench_rnd(&g_rng);
     double b1 = 1e30, b8 = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t = bare_1(codes, cbq, xu, rows, steps);
+        double t = (wide ? bare16_1 : bare_1)(codes, cbq, xu, rows, steps);
         b1 = t < b1 ? t : b1;
-        t = bare_8(codes, cbq, xu, rows, steps);
+        t = (wide ? bare16_8 : bare_8)(codes, cbq, xu, rows, steps);
         b8 = t < b8 ? t : b8;
     }
     free(codes), kvq_free_aligned(cbq), kvq_free_aligned(xu);
     return b8 / b1;
 }
 #else
-static double bare_ratio(int rows, int cols, int reps) { return (void)rows, (void)cols, (void)reps, 0.0; }
+static double bare_ratio(int rows, int cols, int reps, int wide) {
+    return (void)rows, (void)cols, (void)reps, (void)wide, 0.0;
+}
 #endif
 
 static void usage(FILE *f) {
@@ -124,7 +159,8 @@ static void usage(FILE *f) {
                "  one thread, CPU time: prints `step scheme= mode= rows= cols= n= cpu_ms= ratio_to_1= per_extra_ms=`\n"
                "  for n = 1, 2, 4, 8, 16, then `ceiling codes_per_s= extra_gmacs= dot_gmacs=` (one-token call's codes/s,\n"
                "  multiply-adds/s of an extra token at n = 8, the int8 tile kernel's at 16 tokens, and n=8 over n=1 of a bare\n"
-               "  1x16 loop: one codeword gather per 8 codes and one vpdpbusd per token, no scales; AVX-512 VNNI only)\n");
+               "  1x16 loop: one codeword gather per 8 codes and one vpdpbusd per token, no scales, and of the same loop with\n"
+               "  the codewords widened to int16 and two vpdpwssd per token, as --aqlm-i8 does; AVX-512 VNNI only)\n");
 }
 
 int kvq_bench_step(int argc, char **argv) {
@@ -183,9 +219,10 @@ int kvq_bench_step(int argc, char **argv) {
                rows, cols, n, best * 1e3, best / t1, n > 1 ? (best - t1) / (n - 1) * 1e3 : 0.0);
     }
     double macs = (double)rows * cols;
-    printf("ceiling scheme=%s mode=%s codes_per_s=%.3g extra_gmacs=%.1f dot_gmacs=%.1f bare_gather_dot_ratio8=%.2f\n",
+    printf("ceiling scheme=%s mode=%s codes_per_s=%.3g extra_gmacs=%.1f dot_gmacs=%.1f bare_gather_dot_ratio8=%.2f "
+           "bare_gather_i16_ratio8=%.2f\n",
            scheme, mode, (double)n_codes / t1, macs / ((t8 - t1) / 7.0) / 1e9, dot_ceiling(cols, reps),
-           bare_ratio(rows, cols / 64 * 64, reps));
+           bare_ratio(rows, cols / 64 * 64, reps, 0), bare_ratio(rows, cols / 64 * 64, reps, 1));
     kvq_cpu_weight_free(w);
     free(codes), free(cbk), free(scales), free(x), free(y);
     return 0;

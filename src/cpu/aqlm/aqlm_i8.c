@@ -1,6 +1,7 @@
-/* 1x16 AQLM through int8 codewords and integer dot products (opt-in,
- * kvq_weight_desc.i8): the upload's int8 codebook, the activations'
- * quantization and the scalar kernel every SIMD one is checked against.
+/* 1x16 AQLM through int8 codewords and integer dot products (the default
+ * for one-codebook gather weights at steps of 1..16 tokens; desc i8): the
+ * upload's int8 codebook, the activations' quantization and the scalar
+ * kernel every SIMD one is checked against.
  *
  * The fp16 1x16 codebook is 1 MiB: the exact kernels' codeword loads miss L2
  * and one fp16 load + convert + FMA per code sets their pace. Here the
@@ -10,15 +11,23 @@
  * README), and an 8-byte codeword has no room for one. So at load the
  * codewords are renumbered (codes remapped as they are copied) in order of
  * max|v|, and each of KVQ_I8_CLASSES runs of equal size shares one scale,
- * the largest of its members: the scale is a function of the code's top
- * bits, a register permute. Codeword c: q_c = round(v_c / s_c), s_c = its
- * class's max|v| / 127. Activations are quantized per 32 values (d_b =
- * max|x_b| / 127), and a group g with code c adds s_c * d_b * (q_c . xq_g),
- * the dot product in integers. Per output o, with row scale r_o, the error
- * against the fp16 weights is at most
+ * a function of the code's top bits (a register permute). The scales are
+ * powers of two of one base: s_k = base * 2^e_k, e_k in [0, 8], base =
+ * max|v| over the codebook / (127 * 256), e_k the least that holds the
+ * class's largest |v| in 127 steps. So q_c << e_c is the codeword in units of
+ * base, |q_c << e_c| <= 127 * 256 = 32512: an int16. Activations are
+ * quantized per block of 256 values to 12 bits (d_b = max|x_b| / 2047, |xq|
+ * <= 2047, int16), and a token's products add up exactly in int32 lanes of at
+ * most 32 products each (32 * 32512 * 2047 = 2.13e9 < 2^31) whatever the
+ * codewords' classes: one float conversion per lane and 256 values
+ * (aqlm_i8_avx512.c). Output o, with row scale r_o: y_o = r_o * base * sum_b
+ * d_b * S_b, S_b the exact block sum of (q_c << e_c) * xq (an ISA converts
+ * its lanes' partial sums and adds them in f32). Its error against the fp16
+ * weights is at most
  *   |r_o| * sum_g ( s_c / 2 * |x_g|_1 + |q_c s_c|_1 * d_b / 2 )
- * (each weight is off by at most s_c / 2, each activation by d_b / 2), plus
- * f32 rounding; tests/test_matmul.c checks every output against it. */
+ * (each weight is off by at most s_c / 2 <= its class's max|v| / 127, each
+ * activation by d_b / 2), plus f32 rounding; tests/test_matmul.c checks
+ * every output against it. */
 #include <float.h>
 #include <math.h>
 #include <omp.h>
@@ -60,10 +69,15 @@ int kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst) {
     sort_by_key(key, order, tmp, K);
     w->cbq = dst;
     w->cbq_shift = w->nbits - 6; /* K / 64 codewords per class */
+    float top;
+    memcpy(&top, &key[order[K - 1]], 4);
+    top /= 127.0f; /* the scale of the largest class, e = 8 */
     for (int k = 0; k < KVQ_I8_CLASSES; k++) {
         float mx;
         memcpy(&mx, &key[order[(size_t)k * per + per - 1]], 4); /* the class's largest */
-        w->cbq_cls[k] = mx / 127.0f;
+        int e = 0;
+        while (e < 8 && mx > 127.0f * ldexpf(top, e - 8)) e++;
+        w->cbq_cls[k] = ldexpf(top, e - 8);
     }
     for (size_t n = 0; n < K; n++) { /* new code n holds old codeword order[n] */
         size_t c = order[n];
@@ -79,9 +93,9 @@ int kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst) {
     return KVQ_OK;
 }
 
-/* A token's stride (bytes of q; qu takes as many, d an eighth): a multiple
- * of 64, plus one line when it is a multiple of 1 KiB. With 4096 columns
- * every token's q (and qu) fell in the same L1 set, and 8 tokens per pass
+/* A token's stride (values of q; q16 takes twice the bytes, d an eighth):
+ * a multiple of 64, plus one line when it is a multiple of 1 KiB. With 4096
+ * columns every token's q fell in the same L1 set, and 8 tokens per pass
  * asked one 8-way set for more lines than it holds. */
 static int cols_pad(int cols) {
     int p = (cols + 63) / 64 * 64;
@@ -90,60 +104,61 @@ static int cols_pad(int cols) {
 
 size_t kvq_i8_act_bytes(int cols, int n) {
     size_t p = (size_t)cols_pad(cols) * (size_t)n;
-    return p * 2 + p / 8; /* qu, q, d (f32 per 32) */
+    return p * 2 + p / 8; /* q16, d (f32 per 32) */
 }
 
 kvq_i8_act kvq_i8_act_at(void *buf, int cols, int n) {
     size_t p = (size_t)cols_pad(cols) * (size_t)n;
     char *b = buf;
-    return (kvq_i8_act){cols_pad(cols), (const int8_t *)(b + p), (const float *)(b + 2 * p), (const uint8_t *)b, 1};
+    return (kvq_i8_act){cols_pad(cols), (const float *)(b + 2 * p), (const int16_t *)b, 1};
 }
 
 void kvq_i8_quantize(const kvq_i8_act *a, const float *x, int cols, int t0, int t1) {
     int P = a->cols_pad, nb = P / 32;
     for (int t = t0; t < t1; t++) {
         const float *xt = x + (size_t)t * cols;
-        int8_t *q = (int8_t *)(uintptr_t)(a->q + (size_t)t * P);
         float *d = (float *)(uintptr_t)(a->d + (size_t)t * nb);
-        uint8_t *qu = (uint8_t *)(uintptr_t)(a->qu + (size_t)t * P);
-        for (int b = 0; b < nb; b++) {
-            int k0 = b * 32, k1 = k0 + 32 < cols ? k0 + 32 : cols;
-            float mx = 0.0f, v[32];
-            for (int k = 0; k < 32; k++) v[k] = k0 + k < k1 ? xt[k0 + k] : 0.0f;
-            for (int k = 0; k < 32; k++) mx = fabsf(v[k]) > mx || v[k] != v[k] ? fabsf(v[k]) : mx; /* NaN sticks */
-            if (!(mx <= 3.0e38f)) { /* inf or NaN: the block's outputs become NaN */
-                memset(q + k0, 0, 32);
-                d[b] = NAN;
-                continue;
+        int16_t *q16 = (int16_t *)(uintptr_t)(a->q16 + (size_t)t * P);
+        for (int k0 = 0; k0 < P; k0 += KVQ_I8_ABLK) {
+            int k1 = k0 + KVQ_I8_ABLK < P ? k0 + KVQ_I8_ABLK : P, kc = k1 < cols ? k1 : cols;
+            float mx = 0.0f;
+            for (int k = k0; k < kc; k++) mx = fabsf(xt[k]) > mx || xt[k] != xt[k] ? fabsf(xt[k]) : mx; /* NaN sticks */
+            float db = mx / KVQ_I8_AMAX, inv = mx > 0.0f ? KVQ_I8_AMAX / mx : 0.0f;
+            if (!(mx <= 3.0e38f)) db = NAN, inv = 0.0f; /* inf or NaN: the block's outputs become NaN */
+            for (int k = k0; k < k1; k++) {
+                float s = k < kc ? xt[k] * inv : 0.0f;
+                s = s < -KVQ_I8_AMAX ? -KVQ_I8_AMAX : s > KVQ_I8_AMAX ? KVQ_I8_AMAX : s;
+                q16[k] = (int16_t)kvq_round_ne(s);
             }
-            float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
-            d[b] = mx / 127.0f;
-            for (int k = 0; k < 32; k++) {
-                float s = v[k] * inv;
-                s = s < -127.0f ? -127.0f : s > 127.0f ? 127.0f : s;
-                q[k0 + k] = (int8_t)kvq_round_ne(s);
-            }
+            for (int k = k0; k < k1; k += 32) d[k / 32] = db; /* per 32 for the kernels that scale per group */
         }
-        for (int k = 0; k < P; k++) qu[k] = (uint8_t)q[k] ^ 0x80u;
     }
 }
 
-/* The spec of the scheme: per group an exact int32 dot product, then scaled. */
+/* The spec of the scheme: per block of KVQ_I8_ABLK values an exact sum
+ * of the codewords in units of base times the activations, then scaled. */
 void kvq_aqlm_i8_gemv_scalar(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0, int r1) {
-    int ig = w->ig, G = w->G, per_blk = 32 / ig, nb = a->cols_pad / 32;
+    int ig = w->ig, G = w->G, per_blk = KVQ_I8_ABLK / ig, nb = a->cols_pad / 32;
+    int16_t ex[KVQ_I8_CLASSES];
+    float base;
+    kvq_i8_exponents(w, ex, &base);
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * G;
         for (int t = 0; t < n; t++) {
-            const int8_t *q = a->q + (size_t)t * a->cols_pad;
+            const int16_t *q = a->q16 + (size_t)t * a->cols_pad;
             const float *d = a->d + (size_t)t * nb;
             float acc = 0.0f;
-            for (int g = 0; g < G; g++) {
-                const int8_t *cw = w->cbq + (size_t)c[g] * ig, *xq = q + (size_t)g * ig;
-                int32_t dot = 0;
-                for (int j = 0; j < ig; j++) dot += cw[j] * xq[j];
-                acc += (float)dot * (w->cbq_cls[c[g] >> w->cbq_shift] * d[g / per_blk]);
+            for (int g0 = 0; g0 < G; g0 += per_blk) {
+                int64_t sum = 0; /* exact: up to 8.5e9 over a block */
+                for (int g = g0; g < G && g < g0 + per_blk; g++) {
+                    const int8_t *cw = w->cbq + (size_t)c[g] * ig;
+                    const int16_t *xq = q + (size_t)g * ig;
+                    int e = ex[c[g] >> w->cbq_shift];
+                    for (int j = 0; j < ig; j++) sum += cw[j] * (1 << e) * xq[j]; /* < 2^31 */
+                }
+                acc += (float)sum * d[g0 * ig / 32];
             }
-            y[(size_t)t * ldy + o] = w->scales[o] * acc;
+            y[(size_t)t * ldy + o] = w->scales[o] * (base * acc);
         }
     }
 }
@@ -159,8 +174,7 @@ static void add_bias(const kvq_cpu_weight *w, float *y, int r0, int r1) {
  * most tokens it takes per pass over a row's codewords: VNNI on AVX-512 CPUs
  * that have it (8: one gather serves a whole 2-8 token step; its 16
  * accumulators and the constants fit the 32 registers), else AVX2's
- * (maddubs, plain loads); sdot on NEON CPUs with the dot-product extension;
- * the scalar spec otherwise. */
+ * (vpmaddwd, plain loads); smlal on NEON; the scalar spec otherwise. */
 typedef struct {
     kvq_i8_gemv_fn fn;
     int max_t;
@@ -175,7 +189,7 @@ static i8_kern i8_kernel(void) {
 #endif
 #if defined(__aarch64__)
     case KVQ_ISA_NEON:
-        return (i8_kern){kvq_cpu_has_dotprod() ? kvq_aqlm_i8_gemv_neon : kvq_aqlm_i8_gemv_scalar, KVQ_GEMV_MAX_T};
+        return (i8_kern){kvq_aqlm_i8_gemv_neon, KVQ_GEMV_MAX_T};
 #endif
     default: return (i8_kern){kvq_aqlm_i8_gemv_scalar, KVQ_GEMV_MAX_T};
     }

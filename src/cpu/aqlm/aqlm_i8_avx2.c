@@ -1,9 +1,10 @@
 /* 1x16 AQLM with int8 codewords on AVX2 (scheme and error bound:
- * aqlm/aqlm_i8.c). One step is one 32-value activation block: the codewords
- * of 4 groups of 8 (2 of 16) by plain loads (AMD's gathers are microcoded,
- * and this also serves AVX-512 CPUs without VNNI), then vpmaddubsw on
- * |x| and the codeword with x's sign: each int16 pair sum is at most
- * 2 * 127 * 127, so nothing saturates, and vpmaddwd makes int32 lanes of 4. */
+ * aqlm/aqlm_i8.c). 16 values at a time: two codewords of 8 (one of 16) by
+ * plain loads (AMD's gathers are microcoded, and this also serves AVX-512
+ * CPUs without VNNI), widened to int16 and multiplied by 2^e of their class
+ * once for all tokens; each token then adds vpmaddwd with its int16
+ * activations into 8 int32 lanes, 32 products per lane over a block of 256
+ * values (within the scheme's bound), converted and scaled once per block. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -17,47 +18,48 @@ static inline long long ld64(const int8_t *p) {
 
 static inline __attribute__((always_inline)) void rows_avx2(const kvq_cpu_weight *w, const kvq_i8_act *a, float *y,
                                                             size_t ldy, int r0, int r1, const int IG, const int T) {
-    const int G = w->G, per = 32 / IG, blocks = (G * IG + 31) / 32, P = a->cols_pad;
-    const __m256i ones = _mm256_set1_epi16(1);
+    const int G = w->G, chunks = (G * IG + 15) / 16, P = a->cols_pad, nb = P / 32;
     const int8_t *cb = w->cbq;
-    const float *cls = w->cbq_cls;
     const int sh = w->cbq_shift;
+    int16_t ex[KVQ_I8_CLASSES];
+    float base;
+    kvq_i8_exponents(w, ex, &base);
     for (int o = r0; o < r1; o++) {
         const uint16_t *c = (const uint16_t *)w->codes + (size_t)o * G;
         if (a->cb_prefetch) kvq_cb_prefetch_slice(w, o - r0);
         __m256 acc[KVQ_GEMV_MAX_T];
         for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
-        for (int b = 0; b < blocks; b++) {
-            unsigned k[4];
-            if ((b + 1) * per <= G) {
-                for (int i = 0; i < per; i++) k[i] = c[b * per + i];
-            } else {
-                for (int i = 0; i < per; i++) k[i] = b * per + i < G ? c[b * per + i] : 0; /* past the row: x is 0 there */
+        for (int j0 = 0; j0 < chunks; j0 += KVQ_I8_ABLK / 16) {
+            const int j1 = j0 + KVQ_I8_ABLK / 16 < chunks ? j0 + KVQ_I8_ABLK / 16 : chunks;
+            __m256i s[KVQ_GEMV_MAX_T];
+            for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
+            for (int j = j0; j < j1; j++) {
+                __m256i w16;
+                if (IG == 8) {
+                    unsigned k0 = c[2 * j], k1 = 2 * j + 1 < G ? c[2 * j + 1] : 0; /* past the row: x is 0 there */
+                    __m128i b = _mm_set_epi64x(ld64(cb + 8 * (size_t)k1), ld64(cb + 8 * (size_t)k0));
+                    __m256i m = _mm256_set_m128i(_mm_set1_epi16((short)(1 << ex[k1 >> sh])),
+                                                 _mm_set1_epi16((short)(1 << ex[k0 >> sh])));
+                    w16 = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(b), m);
+                } else {
+                    unsigned k = c[j];
+                    __m128i b = _mm_loadu_si128((const __m128i *)(cb + 16 * (size_t)k));
+                    w16 = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(b), _mm256_set1_epi16((short)(1 << ex[k >> sh])));
+                }
+                for (int t = 0; t < T; t++) {
+                    __m256i xq = _mm256_load_si256((const __m256i *)(a->q16 + (size_t)t * P + 16 * (size_t)j));
+                    s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(w16, xq));
+                }
             }
-            __m256i cw;
-            __m256 sc;
-            if (IG == 8) {
-                cw = _mm256_set_epi64x(ld64(cb + 8 * k[3]), ld64(cb + 8 * k[2]), ld64(cb + 8 * k[1]), ld64(cb + 8 * k[0]));
-                float s0 = cls[k[0] >> sh], s1 = cls[k[1] >> sh], s2 = cls[k[2] >> sh], s3 = cls[k[3] >> sh];
-                sc = _mm256_set_ps(s3, s3, s2, s2, s1, s1, s0, s0);
-            } else {
-                cw = _mm256_loadu2_m128i((const __m128i *)(cb + 16 * (size_t)k[1]), (const __m128i *)(cb + 16 * (size_t)k[0]));
-                sc = _mm256_set_m128(_mm_set1_ps(cls[k[1] >> sh]), _mm_set1_ps(cls[k[0] >> sh]));
-            }
-            for (int t = 0; t < T; t++) {
-                const size_t tp = (size_t)t * P;
-                __m256i xq = _mm256_load_si256((const __m256i *)(a->q + tp + 32 * (size_t)b));
-                __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(xq), _mm256_sign_epi8(cw, xq));
-                __m256i dot = _mm256_madd_epi16(p, ones);
-                __m256 s = _mm256_mul_ps(sc, _mm256_set1_ps(a->d[tp / 32 + (size_t)b]));
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), s, acc[t]);
-            }
+            for (int t = 0; t < T; t++)
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_set1_ps(a->d[(size_t)t * nb + (size_t)j0 / 2]),
+                                         acc[t]);
         }
         for (int t = 0; t < T; t++) {
-            __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
-            s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-            s = _mm_add_ss(s, _mm_movehdup_ps(s));
-            y[(size_t)t * ldy + o] = w->scales[o] * _mm_cvtss_f32(s);
+            __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
+            v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+            v = _mm_add_ss(v, _mm_movehdup_ps(v));
+            y[(size_t)t * ldy + o] = w->scales[o] * (base * _mm_cvtss_f32(v));
         }
     }
 }

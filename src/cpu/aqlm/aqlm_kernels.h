@@ -6,6 +6,8 @@
 #ifndef KVQ_CPU_AQLM_KERNELS_H
 #define KVQ_CPU_AQLM_KERNELS_H
 
+#include <math.h>
+
 #include "cpu/cpu_weight.h"
 
 /* LUT kernels prefetch the codes this many steps ahead. Measured when threads
@@ -78,22 +80,18 @@ void kvq_aqlm_lutq_gemm_vbmi(const kvq_cpu_weight *w, const void *qluts, size_t 
 #endif
 
 /* ---- int8 codewords and activations (kvq_weight_desc.i8; aqlm_i8.c) ----
- * Activations are quantized per token in blocks of 32 values: d = max|x| / 127,
- * q = round(x / d). One token's values are padded with zeros to cols_pad (a
- * multiple of 64: one AVX-512 step of 8 codewords of 8; one more 64 where
- * that is a multiple of 1 KiB, against L1 set conflicts). For token t:
- * q + t*cols_pad, its block scales d + t*(cols_pad/32), and for the VNNI
- * kernel (unsigned x signed) the same values as q ^ 0x80 = q + 128 at
- * qu + t*cols_pad: the offset's correction, -128 * the sum of each 4
- * codeword bytes, then depends on the weights only and is formed once per
- * step for all tokens, so a token costs one stream of bytes, not two (with
- * the codewords offset instead, each token also read an int32 correction
- * per 4 values: 8 tokens ran 1.25x slower). */
+ * Activations are quantized per token in blocks of KVQ_I8_ABLK values:
+ * d = max|x| / KVQ_I8_AMAX, q16 = round(x / d) as int16 (12 bits: the int32
+ * lanes' bound in aqlm_i8.c), d repeated per 32 values. One token's values are padded with
+ * zeros to cols_pad (a multiple of 64: one AVX-512 step of 8 codewords of 8;
+ * one more 64 where that is a multiple of 1 KiB, against L1 set conflicts).
+ * For token t: q16 + t*cols_pad, d + t*(cols_pad/32). */
+#define KVQ_I8_ABLK 256
+#define KVQ_I8_AMAX 2047.0f
 typedef struct {
     int cols_pad;
-    const int8_t *q;
     const float *d;
-    const uint8_t *qu;
+    const int16_t *q16;
     int cb_prefetch; /* 1: the kernel pulls the codebook into L2 over its first rows (a thread's first call) */
 } kvq_i8_act;
 
@@ -106,7 +104,7 @@ void kvq_i8_quantize(const kvq_i8_act *a, const float *x, int cols, int t0, int 
 /* a advanced by t tokens. */
 static inline kvq_i8_act kvq_i8_act_token(const kvq_i8_act *a, int t) {
     size_t p = (size_t)a->cols_pad * (size_t)t;
-    return (kvq_i8_act){a->cols_pad, a->q + p, a->d + p / 32, a->qu + p, a->cb_prefetch};
+    return (kvq_i8_act){a->cols_pad, a->d + p / 32, a->q16 + p, a->cb_prefetch};
 }
 /* kvq_cpu_matmul of a weight with int8 codewords (w->cbq) on nt threads, buf
  * holding kvq_i8_act_bytes(w->cols, n) bytes of scratch. */
@@ -135,6 +133,17 @@ void kvq_aqlm_i8_gemv_neon(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, 
 #define KVQ_I8_CLASSES 64
 size_t kvq_i8_codebook_bytes(const kvq_cpu_weight *w);
 int kvq_i8_codebook(kvq_cpu_weight *w, const kvq_weight_desc *d, void *dst);
+/* The class scales as powers of two of one base: cbq_cls[k] = base * 2^e[k],
+ * e[k] in [0, 8] (aqlm_i8.c). Here, not there: the kernels need it and
+ * aqlm_i8.c calls the kernels. */
+static inline void kvq_i8_exponents(const kvq_cpu_weight *w, int16_t e[KVQ_I8_CLASSES], float *base) {
+    float top = w->cbq_cls[KVQ_I8_CLASSES - 1];
+    *base = ldexpf(top, -8);
+    for (int k = 0; k < KVQ_I8_CLASSES; k++) {
+        int v = top > 0.0f && w->cbq_cls[k] > 0.0f ? ilogbf(w->cbq_cls[k]) - ilogbf(top) + 8 : 0;
+        e[k] = (int16_t)(v < 0 ? 0 : v > 8 ? 8 : v);
+    }
+}
 /* Accuracy of the int8 path against the fp16 weights in f32 (rel L2 over a
  * matmul's outputs, random weights and activations: ~6e-3) that
  * tests/test_matmul.c holds it to, next to the per-output bound stated there. */
