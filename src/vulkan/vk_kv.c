@@ -235,6 +235,8 @@ kvq_vk_attn_dev kvq_vk_attn_dev_of(const kvq_bctx *b) {
                              .shared_bytes = b->props.limits.maxComputeSharedMemorySize};
 }
 
+int kvq_vk_attn_exact_rows(void) { return VK_EXACT_ROWS; }
+
 kvq_vk_attn_pipe kvq_vk_attn_pick(const kvq_vk_attn_dev *dev, const kvq_kv_desc *d, int n_rep, int n) {
     kvq_vk_attn_pipe p = {0};
     const int hd = d->head_dim;
