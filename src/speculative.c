@@ -1,8 +1,8 @@
 /* Speculative decoding: a drafter (a second model's context, or prompt lookup) proposes up to K
  * tokens; the target evaluates the pending token and the drafts in ONE forward with logits for
  * every row, keeps the drafts its own choice agrees with, and both caches roll back past them.
- * Each row of that forward comes out as a one-token decode's, bit for bit (the CPU kernels, and
- * the Vulkan backend's batches of up to 16 rows), so greedy output is plain decode's on any backend.
+ * Each row of that forward comes out as a one-token decode's, bit for bit (the CPU's small-batch
+ * kernels, and the Vulkan backend's batches of up to 16 rows), so greedy output is plain decode's.
  *
  * Invariant between steps: the target's cache holds hist[0 .. n_hist-1) (everything but the
  * pending token hist[n_hist-1], which the last step produced and did not evaluate); the draft's
@@ -79,7 +79,7 @@ kvq_status kvq_spec_new(kvq_context *tgt, const kvq_spec_params *pp, kvq_spec **
     }
     if (p.draft_max <= 0) p.draft_max = p.draft ? 8 : 6;
     if (p.draft_max > KVQ_SPEC_MAX) p.draft_max = KVQ_SPEC_MAX;
-    /* the pending token and K drafts go through in one piece; on a GPU one its batches keep exact */
+    /* the pending token and K drafts go through in one piece; on a GPU, one it computes row by row as decode */
     if (p.draft_max + 1 > tgt->p.n_batch) p.draft_max = tgt->p.n_batch - 1;
     if (kvq_model_gpu_layers(tgt->m) > 0 && p.draft_max >= KVQ_SPEC_GPU_ROWS) p.draft_max = KVQ_SPEC_GPU_ROWS - 1;
     if (p.draft_max < 1) return kvq_fail(KVQ_ERR_ARG, "kvq_spec_new: the target's n_batch leaves no room for drafts");
