@@ -22,6 +22,7 @@ layout(std430, binding = 5) readonly buffer B { float bias[]; };
 
 layout(push_constant) uniform PC {
     uint rows_p, row0, rows_total, cols, stride, n, flags;
+    uint t0; // first token of this piece in x and y (vk_matmul.c)
 } pc;
 
 shared float red[ROWS * NT * LANES];
@@ -43,14 +44,14 @@ void main() {
             uint k = q * 8u;
             if (k + 8u <= pc.cols && x16) {
                 [[unroll]] for (uint t = 0u; t < NT; t++) {
-                    uint xo = (t * pc.cols + k) >> 2;
+                    uint xo = ((pc.t0 + t) * pc.cols + k) >> 2;
                     acc[rr * NT + t] += dot(vec4(v[0], v[1], v[2], v[3]), x4[xo]) +
                                         dot(vec4(v[4], v[5], v[6], v[7]), x4[xo + 1u]);
                 }
             } else {
                 [[unroll]] for (uint t = 0u; t < NT; t++)
                     [[unroll]] for (uint i = 0u; i < 8u; i++)
-                        if (k + i < pc.cols) acc[rr * NT + t] += v[i] * x[t * pc.cols + k + i];
+                        if (k + i < pc.cols) acc[rr * NT + t] += v[i] * x[(pc.t0 + t) * pc.cols + k + i];
             }
         }
     }
@@ -64,7 +65,7 @@ void main() {
         [[unroll]] for (uint t = 0u; t < NT; t++) {
             float s = 0.0;
             [[unroll]] for (uint l = 0u; l < LANES; l++) s += red[(tid * NT + t) * LANES + l];
-            if (t < pc.n) y[t * pc.rows_total + pc.row0 + r] = s + bv;
+            if (t < pc.n) y[(pc.t0 + t) * pc.rows_total + pc.row0 + r] = s + bv;
         }
     }
 }

@@ -44,7 +44,7 @@ void mm_norm_tail(bool fin, bool partial) {
     for (uint t = 0u; t < pc.n; t++) {
         float s = 0.0;
         for (uint i = tid; i < dim; i += 256u) {
-            float v = mm_final(partial, t * dim + i);
+            float v = mm_final(partial, (pc.t0 + t) * dim + i);
             s += v * v;
         }
         // 256 -> 64 partial sums in four rounds, then a tree: no more shared memory than 64 floats
@@ -58,7 +58,7 @@ void mm_norm_tail(bool fin, bool partial) {
         }
         float inv = 1.0 / sqrt(mm_red[0] / float(dim) + pc.eps);
         barrier(); // everyone read mm_red[0] before the next token's rounds
-        for (uint i = tid; i < dim; i += 256u) hn[t * dim + i] = mm_final(partial, t * dim + i) * inv * gain[i];
+        for (uint i = tid; i < dim; i += 256u) hn[(pc.t0 + t) * dim + i] = mm_final(partial, (pc.t0 + t) * dim + i) * inv * gain[i];
     }
     if (tid == 0u) cnt[slot] = 0u;
 }

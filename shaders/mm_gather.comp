@@ -44,6 +44,7 @@ layout(std430, binding = 7) coherent buffer Cnt { uint cnt[]; }; // workgroups d
 layout(push_constant) uniform PC {
     uint rows_p, row0, rows_total, cols, n_chunks, chunks_per_split, flags, n;
     float cb_l1, eps; // cb_l1: mm_lut's (unused here); eps: MM_NORM's
+    uint t0;          // first token of this piece in x and y
 } pc;
 #include "mm_fuse.glsl"
 
@@ -72,7 +73,7 @@ void main() {
             vec4 v = vec4(0.0);
             if (t < pc.n)
                 [[unroll]] for (uint e = 0u; e < 4u; e++)
-                    if (k + e < pc.cols) v[e] = mm_x(t * pc.cols + k + e);
+                    if (k + e < pc.cols) v[e] = mm_x((pc.t0 + t) * pc.cols + k + e);
             xs[i] = v;
         }
         barrier();

@@ -50,6 +50,7 @@ layout(push_constant) uniform PC {
     uint rows_p, row0, rows_total, cols, n_chunks, chunks_per_split, flags, n; // flags: bit0 bias, bit1 partial, bit2 last workgroup reduces
     float cb_l1; // max over codewords of sum |c_j| (LUT_F16's scale)
     float eps;   // MM_NORM's
+    uint t0;     // first token of this piece in x and y (vk_matmul.c: pieces of at most 4)
 } pc;
 #include "mm_fuse.glsl"
 
@@ -101,7 +102,7 @@ void main() {
 #endif
         for (uint i = tid; i < NT * CW; i += 256u) {
             uint t = i / CW, k = c * CW + i % CW;
-            float v = (t < pc.n && k < pc.cols) ? mm_x(t * pc.cols + k) : 0.0;
+            float v = (t < pc.n && k < pc.cols) ? mm_x((pc.t0 + t) * pc.cols + k) : 0.0;
             xs[i] = v;
 #ifdef LUT_F16
             atomicMax(xmax[par * NT + t], floatBitsToUint(abs(v)));

@@ -14,7 +14,7 @@ layout(std430, binding = 4) readonly buffer S { float scales[]; };
 layout(std430, binding = 5) readonly buffer B { float bias[]; };
 
 layout(push_constant) uniform PC {
-    uint rows_p, row0, rows_total, n, nsplit, flags;
+    uint rows_p, row0, rows_total, n, nsplit, flags, t0; // t0: the piece's first token in y
 } pc;
 
 const uint RR = 2u;
@@ -28,6 +28,6 @@ void main() {
         uint r = r0 + j * 256u;
         if (r >= pc.rows_p) continue;
         float bv = (pc.flags & 1u) != 0u ? bias[pc.row0 + r] : 0.0;
-        y[t * pc.rows_total + pc.row0 + r] = s[j] * scales[pc.row0 + r] + bv;
+        y[(pc.t0 + t) * pc.rows_total + pc.row0 + r] = s[j] * scales[pc.row0 + r] + bv;
     }
 }

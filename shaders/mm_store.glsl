@@ -17,7 +17,7 @@
             float bv = (pc.flags & 1u) != 0u ? bias[pc.row0 + r] : 0.0;
             [[unroll]] for (uint t = 0u; t < NT; t++) {
                 if (t >= pc.n) continue;
-                uint o = t * pc.rows_total + pc.row0 + r;
+                uint o = (pc.t0 + t) * pc.rows_total + pc.row0 + r;
                 float v = acc[j * NT + t] * sc + bv;
                 y[o] = add ? y[o] + v : v;
             }
@@ -41,7 +41,7 @@
                     uint r = rbase + j * 256u;
                     if (r >= pc.rows_p) continue;
                     float bv = (pc.flags & 1u) != 0u ? bias[pc.row0 + r] : 0.0;
-                    uint o = t * pc.rows_total + pc.row0 + r;
+                    uint o = (pc.t0 + t) * pc.rows_total + pc.row0 + r;
                     float v = s[j] * scales[pc.row0 + r] + bv;
                     yf[o] = add ? yf[o] + v : v;
                 }

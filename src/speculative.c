@@ -1,6 +1,8 @@
 /* Speculative decoding: a drafter (a second model's context, or prompt lookup) proposes up to K
  * tokens; the target evaluates the pending token and the drafts in ONE forward with logits for
  * every row, keeps the drafts its own choice agrees with, and both caches roll back past them.
+ * Each row of that forward comes out as a one-token decode's, bit for bit (the CPU's small-batch
+ * kernels, and the Vulkan backend's batches of up to 16 rows), so greedy output is plain decode's.
  *
  * Invariant between steps: the target's cache holds hist[0 .. n_hist-1) (everything but the
  * pending token hist[n_hist-1], which the last step produced and did not evaluate); the draft's
@@ -16,6 +18,9 @@
 
 /* Most drafts per step: past this a rejection wastes more than the step could save. */
 #define KVQ_SPEC_MAX 64
+/* Rows a GPU backend computes each exactly as a one-token decode (the Vulkan backend's
+ * VK_EXACT_ROWS, src/vulkan/vk_internal.h): a model with GPU layers drafts at most one fewer. */
+#define KVQ_SPEC_GPU_ROWS 16
 
 struct kvq_spec {
     kvq_context *tgt, *drf;
@@ -26,7 +31,6 @@ struct kvq_spec {
     int32_t *drafts;
     float *q;       /* the draft model's distribution of each draft (sampling) [K][n_vocab] */
     float *pt;      /* the target's distribution of the row being checked */
-    float *rows;    /* serial verification: the target's logits of each row [K+1][n_vocab] */
     uint64_t drafted, accepted;
 };
 
@@ -75,8 +79,9 @@ kvq_status kvq_spec_new(kvq_context *tgt, const kvq_spec_params *pp, kvq_spec **
     }
     if (p.draft_max <= 0) p.draft_max = p.draft ? 8 : 6;
     if (p.draft_max > KVQ_SPEC_MAX) p.draft_max = KVQ_SPEC_MAX;
-    /* the pending token and K drafts go through in one piece */
+    /* the pending token and K drafts go through in one piece; on a GPU, one it computes row by row as decode */
     if (p.draft_max + 1 > tgt->p.n_batch) p.draft_max = tgt->p.n_batch - 1;
+    if (kvq_model_gpu_layers(tgt->m) > 0 && p.draft_max >= KVQ_SPEC_GPU_ROWS) p.draft_max = KVQ_SPEC_GPU_ROWS - 1;
     if (p.draft_max < 1) return kvq_fail(KVQ_ERR_ARG, "kvq_spec_new: the target's n_batch leaves no room for drafts");
     kvq_spec *s = calloc(1, sizeof *s);
     if (!s) return kvq_fail(KVQ_ERR_NOMEM, "out of memory");
@@ -85,14 +90,11 @@ kvq_status kvq_spec_new(kvq_context *tgt, const kvq_spec_params *pp, kvq_spec **
     size_t nv = (size_t)s->n_vocab;
     s->drafts = malloc(sizeof *s->drafts * (size_t)p.draft_max);
     s->pt = malloc(sizeof *s->pt * nv);
-    /* A GPU's batched attention on a quantized cache sums q.k differently from its one-token
-     * decode (test_speculative_vulkan saw a q4 argmax flip), so there the rows go one by one. */
-    if (kvq_model_gpu_layers(tgt->m) > 0) s->rows = malloc(sizeof *s->rows * nv * (size_t)(p.draft_max + 1));
     s->q = p.draft ? malloc(sizeof *s->q * nv * (size_t)p.draft_max) : NULL;
     /* the target's device logits for K+1 rows (kvq_eval_batch grows them the same way) */
     const kvq_dev *last = &tgt->m->dev[tgt->m->n_dev - 1];
     kvq_status st = KVQ_OK;
-    if (!s->drafts || !s->pt || (p.draft && !s->q) || (kvq_model_gpu_layers(tgt->m) > 0 && !s->rows)) st = kvq_fail(KVQ_ERR_NOMEM, "out of memory for drafts");
+    if (!s->drafts || !s->pt || (p.draft && !s->q)) st = kvq_fail(KVQ_ERR_NOMEM, "out of memory for drafts");
     if (!st && tgt->logits_buf_rows < p.draft_max + 1) {
         kvq_buf *nb = last->be->buf_new(last->b, sizeof(float) * (size_t)(p.draft_max + 1) * nv);
         if (!nb) st = kvq_fail(KVQ_ERR_NOMEM, "out of memory for %d rows of logits", p.draft_max + 1);
@@ -112,7 +114,7 @@ kvq_status kvq_spec_new(kvq_context *tgt, const kvq_spec_params *pp, kvq_spec **
 
 void kvq_spec_free(kvq_spec *s) {
     if (!s) return;
-    free(s->hist), free(s->drafts), free(s->q), free(s->pt), free(s->rows);
+    free(s->hist), free(s->drafts), free(s->q), free(s->pt);
     free(s);
 }
 
@@ -223,23 +225,17 @@ int kvq_spec_step(kvq_spec *s, kvq_sampler *smp, int32_t *out, int cap) {
     int32_t batch[1 + KVQ_SPEC_MAX];
     batch[0] = s->hist[s->n_hist - 1];
     memcpy(batch + 1, s->drafts, sizeof *batch * (size_t)nd);
-    if (s->rows) {
-        for (int i = 0; i <= nd && !st; i++)
-            if (!(st = kvq_eval(s->tgt, batch + i, 1)))
-                memcpy(s->rows + (size_t)i * s->n_vocab, kvq_logits(s->tgt), sizeof(float) * (size_t)s->n_vocab);
-    } else {
-        int all = s->tgt->p.logits_all;
-        s->tgt->p.logits_all = 1;
-        st = kvq_eval(s->tgt, batch, nd + 1);
-        s->tgt->p.logits_all = all;
-    }
+    int all = s->tgt->p.logits_all;
+    s->tgt->p.logits_all = 1;
+    st = kvq_eval(s->tgt, batch, nd + 1);
+    s->tgt->p.logits_all = all;
     if (st) return -1;
     s->drafted += (uint64_t)nd;
     int a = 0;
     int32_t t = -1;
     for (int i = 0; i <= nd; i++) {
         int acc;
-        t = target_token(s, smp, greedy, s->rows ? s->rows + (size_t)i * s->n_vocab : kvq_logits_row(s->tgt, i), i < nd ? &s->drafts[i] : NULL,
+        t = target_token(s, smp, greedy, kvq_logits_row(s->tgt, i), i < nd ? &s->drafts[i] : NULL,
                          s->q ? s->q + (size_t)i * s->n_vocab : NULL, &acc, &st);
         if (st) return -1;
         kvq_sampler_accept(smp, t);

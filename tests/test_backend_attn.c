@@ -227,13 +227,14 @@ static void run_case(const backend *k, const attn_case *c, uint64_t seed) {
                           s->na);
         int i8 = 0;
 #ifdef KVQ_HAVE_VULKAN
-        if (k->vk && s->na == 1) {
+        if (k->vk && s->na <= kvq_vk_attn_exact_rows()) { /* each query as a decode step */
             const kvq_vk_attn_dev dev = kvq_vk_attn_dev_of(k->b);
             i8 = kvq_vk_attn_pick(&dev, &d, c->n_rep, 1).int8;
         }
-        if (i8) {
-            const double r = check_int8(c, &a, K, V, q, out, ref, qpos, what);
-            g_i8_ratio = r > g_i8_ratio ? r : g_i8_ratio;
+        for (int r = 0; i8 && r < s->na; r++) {
+            const size_t o = (size_t)r * nh * hd;
+            const double rr = check_int8(c, &a, K, V, q + o, out + o, ref + o, qpos + r, what);
+            g_i8_ratio = rr > g_i8_ratio ? rr : g_i8_ratio;
             g_i8_checks++;
         }
 #endif

@@ -35,6 +35,9 @@
 #define VK_MAX_PIPES 128
 #define VK_SLOTS 8     /* command buffers in flight: a whole 70B token's pieces (vk_record.c) */
 #define VK_TRACK 64    /* buffer ranges remembered since the last barrier */
+/* Batches of up to this many tokens compute each token as a one-token decode does, bit for bit
+ * (matmuls in vector pieces, attention row by row): a speculative verify's rows are plain decode's. */
+#define VK_EXACT_ROWS 16
 
 typedef struct vk_block vk_block; /* one device allocation holding many buffers (vk_alloc.c) */
 typedef struct vk_dset vk_dset;   /* a cached descriptor set (vk_record.c) */

@@ -14,7 +14,8 @@
  * attn_merge combines them and undoes the V rotation. Decode (one query) goes
  * through attn_dec (shaders/attn_dec.glsl: K/V blocks staged in shared memory
  * by coalesced copies, int8 q and integer dot products for q8/q4 K where the
- * device has them), prompts through attn_fused (R rows of (query, head) per
+ * device has them), batches of up to VK_EXACT_ROWS queries as that many decodes (each row
+ * bit for bit a one-token step's), prompts through attn_fused (R rows of (query, head) per
  * workgroup, many tiles and few splits). kvq_vk_attn_pick names the pipeline
  * for both kv_new (which builds them all, so no token pays for one) and the
  * dispatch; kvq_vk_attn_plan sizes the grid from b->target_groups. */
@@ -234,6 +235,8 @@ kvq_vk_attn_dev kvq_vk_attn_dev_of(const kvq_bctx *b) {
                              .shared_bytes = b->props.limits.maxComputeSharedMemorySize};
 }
 
+int kvq_vk_attn_exact_rows(void) { return VK_EXACT_ROWS; }
+
 kvq_vk_attn_pipe kvq_vk_attn_pick(const kvq_vk_attn_dev *dev, const kvq_kv_desc *d, int n_rep, int n) {
     kvq_vk_attn_pipe p = {0};
     const int hd = d->head_dim;
@@ -306,8 +309,9 @@ static kvq_status kv_prepare(kvq_bctx *b, const kvq_kv_desc *d) {
     int ok = vk_pipe_get(b, "kv_store", &hd, 1) && vk_pipe_get(b, "attn_merge", &hd, 1);
     if (ok && d->n_head > 0 && d->n_head % d->n_head_kv == 0) {
         const kvq_vk_attn_dev dev = kvq_vk_attn_dev_of(b);
-        /* n = 1: decode; then every prompt tile height attn_rows can give (16 rows at most) */
-        for (int n = 1; ok && n <= 16; n++) {
+        /* n = 1: decode and batches of up to VK_EXACT_ROWS (row by row); past them prompts, whose
+         * tile height attn_rows gives is then its largest */
+        for (int n = 1; ok && n <= VK_EXACT_ROWS + 1; n += VK_EXACT_ROWS) {
             const kvq_vk_attn_pipe p = kvq_vk_attn_pick(&dev, d, d->n_head / d->n_head_kv, n);
             ok = vk_pipe_get(b, p.name, p.spec, p.n_spec) != NULL;
         }
@@ -318,23 +322,34 @@ static kvq_status kv_prepare(kvq_bctx *b, const kvq_kv_desc *d) {
     return s;
 }
 
+/* Bytes of the split partials of queries pos0..pos0+n-1, aligned for a binding offset. */
+static size_t part_bytes(kvq_bctx *b, const kvq_kvbuf *kv, const kvq_attn_desc *a, int pos0, int n, size_t budget) {
+    const kvq_vk_attn_dev dev = kvq_vk_attn_dev_of(b);
+    const kvq_vk_attn_grid g = kvq_vk_attn_plan(&dev, &kv->d, a, pos0, n, budget);
+    const size_t bytes = (size_t)g.gz * n * a->n_head * (size_t)(kv->d.head_dim + 2) * sizeof(float);
+    return (bytes + b->min_align - 1) & ~(size_t)(b->min_align - 1);
+}
+
 /* Queries pos0..pos0+n-1, whose q rows start at float q_off of q and whose
  * output rows at the same offset of out; the split partials take at most
- * budget bytes of scratch (the caller sized n for it). */
+ * budget bytes (the caller sized n for it) of scratch slot 0, bound from byte part_off with
+ * range part_range (0: to the end, so a decode's descriptor sets stay the same as its splits grow). */
 static void attn_chunk(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_attn_desc *a, const kvq_buf *q,
-                       kvq_buf *out, int pos0, int n, size_t q_off, size_t budget) {
+                       kvq_buf *out, int pos0, int n, size_t q_off, size_t budget, size_t part_off, size_t part_range) {
     const kvq_kv_desc *d = &kv->d;
     const int hd = d->head_dim, n_rep = a->n_head / a->n_head_kv;
     const kvq_vk_attn_dev dev = kvq_vk_attn_dev_of(b);
     const kvq_vk_attn_grid g = kvq_vk_attn_plan(&dev, d, a, pos0, n, budget);
     const size_t nr = (size_t)n * a->n_head, acc_words = (size_t)g.gz * nr * hd;
-    kvq_buf *part = vk_scratch(b, 0, (size_t)g.gz * nr * (size_t)(hd + 2) * sizeof(float));
+    const size_t pbytes = part_bytes(b, kv, a, pos0, n, budget);
+    kvq_buf *part = vk_scratch(b, 0, part_off + pbytes);
     if (!part) return;
+    const vk_bind pb = {part->buf, part_off, part_range ? part_range : VK_WHOLE_SIZE, pbytes};
     const kvq_buf *kb, *vb;
     uint32_t kbase, vbase;
     kb = layer_buf(kv, 0, layer, &kbase), vb = layer_buf(kv, 1, layer, &vbase);
     const vk_pipe *p = vk_pipe_get(b, g.pipe.name, g.pipe.spec, g.pipe.n_spec);
-    vk_bind bind[4] = {vk_whole(q), vk_whole(kb), vk_whole(vb), vk_whole(part)};
+    vk_bind bind[4] = {vk_whole(q), vk_whole(kb), vk_whole(vb), pb};
     if (g.pipe.dec) {
         struct {
             uint32_t pos, lo, n_ctx, n_head, n_rep, ng, rot_k, kbase, vbase, krow, vrow, bps, ml_off, q_off;
@@ -361,7 +376,7 @@ static void attn_chunk(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_at
     } mc = {(uint32_t)nr, (uint32_t)g.gz, (uint32_t)a->n_head, (uint32_t)!!d->rotate_v, (uint32_t)acc_words,
             (uint32_t)q_off, 1.0f / sqrtf((float)hd)};
     const uint32_t mspec[1] = {(uint32_t)hd};
-    vk_bind mb[2] = {vk_whole(part), vk_whole(out)};
+    vk_bind mb[2] = {pb, vk_whole(out)};
     vk_dispatch(b, vk_pipe_get(b, "attn_merge", mspec, 1), mb, 2, &mc, sizeof mc, (uint32_t)a->n_head, (uint32_t)n, 1);
 }
 
@@ -384,12 +399,30 @@ void kvq_vk_attention(kvq_bctx *b, const kvq_kvbuf *kv, int layer, const kvq_att
                  per_query);
         return;
     }
+    if (n <= VK_EXACT_ROWS) {
+        /* a small batch (a speculative verify): each query as its own decode, the same pipeline
+         * and splits as a one-token step at its position, so its row is decode's bit for bit;
+         * each its own range of the partials (a power-of-two stride, so the descriptor sets
+         * repeat from step to step), so the rows run side by side */
+        size_t stride = 0;
+        for (int i = 0; i < n; i++) {
+            size_t pb = part_bytes(b, kv, a, pos0 + i, 1, budget);
+            stride = pb > stride ? pb : stride;
+        }
+        size_t p2 = b->min_align;
+        while (p2 < stride) p2 *= 2;
+        if (!vk_scratch(b, 0, (size_t)n * p2)) return;
+        for (int i = 0; i < n; i++)
+            attn_chunk(b, kv, layer, a, q, out, pos0 + i, 1, (size_t)i * a->n_head * d->head_dim, budget,
+                       (size_t)i * p2, n > 1 ? p2 : 0);
+        return;
+    }
     size_t chunk = budget / per_query;
     if (chunk > 65535) chunk = 65535; /* the merge pass puts queries on y */
     if (chunk > (size_t)n) chunk = (size_t)n;
     for (int q0 = 0; q0 < n; q0 += (int)chunk) {
         const int nq = n - q0 < (int)chunk ? n - q0 : (int)chunk;
-        attn_chunk(b, kv, layer, a, q, out, pos0 + q0, nq, (size_t)q0 * a->n_head * d->head_dim, budget);
+        attn_chunk(b, kv, layer, a, q, out, pos0 + q0, nq, (size_t)q0 * a->n_head * d->head_dim, budget, 0, 0);
     }
 }
 

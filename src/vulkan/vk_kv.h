@@ -47,6 +47,9 @@ typedef struct {
 } kvq_vk_attn_grid;
 
 kvq_vk_attn_dev kvq_vk_attn_dev_of(const kvq_bctx *b);
+/* Most queries a call computes as that many one-token decodes (VK_EXACT_ROWS): each row
+ * through kvq_vk_attn_pick(.., 1) at its own position, bit for bit a decode step's. */
+int kvq_vk_attn_exact_rows(void);
 /* The pipeline for calls of n queries with n_rep query heads per KV head: the one choice
  * that kv_new's preparation and the dispatch share. */
 kvq_vk_attn_pipe kvq_vk_attn_pick(const kvq_vk_attn_dev *dev, const kvq_kv_desc *d, int n_rep, int n);

@@ -1,12 +1,14 @@
 /* Vulkan matmul and get_rows: picks the shader for the weight's format and the
  * token count, and dispatches it once per row piece (vk_weights.h).
  *
- *   n <= VEC_MAX_N  dense: mm_dense_vec; AQLM 8-bit: mm_lut (lookup tables in shared
+ *   n <= VK_EXACT_ROWS  in pieces of at most VEC_MAX_N tokens (push constant t0), each
+ *                   token's sums formed as in a one-token decode (a speculative verify's rows
+ *                   equal plain decode's bit for bit); dense: mm_dense_vec; AQLM 8-bit: mm_lut (lookup tables in shared
  *                   memory; mm_lut_h keeps them as fp16, w->lut16); AQLM 9..16-bit:
  *                   mm_gather. The AQLM ones split the code chunks over workgroups when
  *                   the rows alone give too few, and mm_reduce adds the partial sums
  *                   (scale, bias) unless their last workgroup does.
- *   n >  VEC_MAX_N  mm_tile: 64x64 tiles, weights dequantized into shared memory;
+ *   n >  VK_EXACT_ROWS  mm_tile: 64x64 tiles, weights dequantized into shared memory;
  *                   AQLM from VK_I8T_MIN_N tokens on, unless exact or without integer
  *                   dot products: mm_tile_i8, the int8 tiles (vk_tile_i8.c).
  *
@@ -79,13 +81,17 @@ static void fmt_spec(const kvq_wt *w, uint32_t spec[5]) {
     spec[4] = aq ? (uint32_t)w->cs : 1;
 }
 
-/* The pipeline a matmul of w over n >= 1 tokens runs (the only place that chooses it). */
+/* Tokens of a vector-path piece: the pieces of n tokens are VEC_MAX_N each, the last one n's rest. */
+static int vec_nt(int n) { return n < VEC_MAX_N ? n : VEC_MAX_N; }
+
+/* The pipeline a matmul of w over n >= 1 tokens runs (the only place that chooses it); for the
+ * vector paths, that of a piece of min(n, VEC_MAX_N) tokens. */
 static vk_pkey matmul_key(const kvq_bctx *b, const kvq_wt *w, int n) {
     vk_pkey k = {0};
     if (kvq_vk_i8t_wanted(b, w, n)) {
         k.kind = PK_TILE_I8, k.name = "mm_tile_i8", k.n_spec = 4;
         kvq_vk_i8t_spec(w, k.spec);
-    } else if (n > VEC_MAX_N) {
+    } else if (n > VK_EXACT_ROWS) {
         k.kind = PK_TILE, k.name = "mm_tile", k.n_spec = 5;
         fmt_spec(w, k.spec);
     } else if (w->fmt == KVQ_W_AQLM) {
@@ -93,10 +99,10 @@ static vk_pkey matmul_key(const kvq_bctx *b, const kvq_wt *w, int n) {
         k.kind = PK_AQLM_VEC;
         k.name = !lut ? "mm_gather" : w->lut16 ? "mm_lut_h" : "mm_lut";
         k.n_spec = lut ? 3 : 4;
-        k.spec[0] = (uint32_t)w->M, k.spec[1] = (uint32_t)w->ig, k.spec[2] = (uint32_t)n, k.spec[3] = (uint32_t)w->nbits;
+        k.spec[0] = (uint32_t)w->M, k.spec[1] = (uint32_t)w->ig, k.spec[2] = (uint32_t)vec_nt(n), k.spec[3] = (uint32_t)w->nbits;
     } else {
         k.kind = PK_DENSE_VEC, k.name = "mm_dense_vec", k.n_spec = 2;
-        k.spec[0] = kvq_vk_fmt_code(w->fmt), k.spec[1] = (uint32_t)n;
+        k.spec[0] = kvq_vk_fmt_code(w->fmt), k.spec[1] = (uint32_t)vec_nt(n);
     }
     return k;
 }
@@ -121,7 +127,7 @@ static uint32_t aqlm_splits(const kvq_bctx *b, const kvq_wt *w, uint32_t gx, uin
 
 static uint32_t aqlm_rows_per_wg(const kvq_wt *w) { return w->nbits == 8 ? LUT_ROWS_PER_WG : GATHER_ROWS_PER_WG; }
 
-static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind x, vk_bind y, int n,
+static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind x, vk_bind y, int t0, int n,
                         const vk_mm_fuse *f) {
     const vk_pipe *red = NULL;
     uint32_t per_wg = aqlm_rows_per_wg(w), flags = (w->bias ? 1u : 0u) | (f ? f->flags : 0u);
@@ -151,8 +157,10 @@ static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind 
             uint32_t rows_p, row0, rows_total, cols, n_chunks, cps, flags, n;
             float cb_l1; /* mm_lut_h's scale (mm_lut.glsl) */
             float eps;   /* VK_MM_NORM's */
+            uint32_t t0; /* the piece's first token in x and y */
         } pc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)w->cols,
-                chunks, cps, flags | (part ? 2u : 0u) | (fused ? 4u : 0u), (uint32_t)n, w->cb_l1, f ? f->eps : 0.0f};
+                chunks, cps, flags | (part ? 2u : 0u) | (fused ? 4u : 0u), (uint32_t)n, w->cb_l1, f ? f->eps : 0.0f,
+                (uint32_t)t0};
         vk_bind d = vk_whole(b->dummy);
         vk_bind bind[11] = {vk_whole(pc_->buf), vk_whole(w->codebooks), x, part ? pb : y, vk_whole(w->scales),
                             opt(b, w->bias), fused ? y : d, cb, f && (f->flags & VK_MM_GLU) ? f->up : d,
@@ -161,8 +169,8 @@ static void matvec_aqlm(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind 
         vk_dispatch_beside(b, p, bind, 11, &pc, sizeof pc, gx, nsplit, 1);
         if (part && !fused) {
             struct {
-                uint32_t rows_p, row0, rows_total, n, nsplit, flags;
-            } rc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)n, nsplit, flags & 1u};
+                uint32_t rows_p, row0, rows_total, n, nsplit, flags, t0;
+            } rc = {(uint32_t)pc_->rows, (uint32_t)pc_->row0, (uint32_t)w->rows, (uint32_t)n, nsplit, flags & 1u, (uint32_t)t0};
             vk_bind rb[6] = {pb, vk_whole(b->dummy), vk_whole(b->dummy),
                              y, vk_whole(w->scales), opt(b, w->bias)};
             vk_dispatch_later(b, red, rb, 6, &rc, sizeof rc, cdiv((size_t)pc_->rows, 512), (uint32_t)n, 1);
@@ -175,11 +183,14 @@ typedef struct {
     uint32_t rows_p, row0, rows_total, cols, stride, n, flags;
 } dense_pc;
 
-static void matvec_dense(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind x, vk_bind y, int n) {
+static void matvec_dense(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind x, vk_bind y, int t0, int n) {
     for (int i = 0; i < w->n_pieces; i++) {
         const vk_piece *pp = &w->pieces[i];
-        dense_pc pc = {(uint32_t)pp->rows, (uint32_t)pp->row0, (uint32_t)w->rows, (uint32_t)w->cols,
-                       (uint32_t)w->stride, (uint32_t)n, w->bias ? 1u : 0u};
+        struct {
+            dense_pc d;
+            uint32_t t0;
+        } pc = {{(uint32_t)pp->rows, (uint32_t)pp->row0, (uint32_t)w->rows, (uint32_t)w->cols, (uint32_t)w->stride,
+                 (uint32_t)n, w->bias ? 1u : 0u}, (uint32_t)t0};
         vk_bind bind[6] = {vk_whole(pp->buf), vk_whole(b->dummy), x, y, vk_whole(b->dummy), opt(b, w->bias)};
         vk_dispatch(b, p, bind, 6, &pc, sizeof pc, cdiv((size_t)pp->rows, DENSE_VEC_ROWS), 1, 1);
     }
@@ -195,6 +206,21 @@ static void matmul_tiled(kvq_bctx *b, const kvq_wt *w, const vk_pipe *p, vk_bind
     }
 }
 
+/* The vector paths over n <= VK_EXACT_ROWS tokens: pieces of VEC_MAX_N and the rest, so each
+ * token's sums come out as a one-token decode's whatever the batch. */
+static void vec_pieces(kvq_bctx *b, const kvq_wt *w, const vk_pkey *k, vk_bind x, vk_bind y, int n,
+                       const vk_mm_fuse *f) {
+    for (int t0 = 0; t0 < n; t0 += VEC_MAX_N) {
+        const int nt = vec_nt(n - t0);
+        vk_pkey kp = matmul_key(b, w, nt);
+        const vk_pipe *p = nt == vec_nt(n) ? pipe_of(b, k) : pipe_of(b, &kp);
+        if (k->kind == PK_AQLM_VEC)
+            matvec_aqlm(b, w, p, x, y, t0, nt, f);
+        else
+            matvec_dense(b, w, p, x, y, t0, nt);
+    }
+}
+
 void kvq_vk_matmul_at(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n) {
     if (n <= 0) return;
     vk_pkey k = matmul_key(b, w, n); /* the path follows the key: dispatch and prepare agree */
@@ -203,19 +229,17 @@ void kvq_vk_matmul_at(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n)
         matmul_tiled(b, w, p, x, y, n);
     else if (k.kind == PK_TILE_I8)
         kvq_vk_matmul_i8t(b, w, p, x, y, n);
-    else if (k.kind == PK_AQLM_VEC)
-        matvec_aqlm(b, w, p, x, y, n, NULL);
     else
-        matvec_dense(b, w, p, x, y, n);
+        vec_pieces(b, w, &k, x, y, n, NULL);
 }
 
 int kvq_vk_matmul_fusable(const kvq_bctx *b, const kvq_wt *w, int n) {
-    return n >= 1 && n <= VEC_MAX_N && w->fmt == KVQ_W_AQLM && w->n_pieces == 1 && b->caps.fused_reduce;
+    return n >= 1 && n <= VK_EXACT_ROWS && w->fmt == KVQ_W_AQLM && w->n_pieces == 1 && b->caps.fused_reduce;
 }
 
 void kvq_vk_matmul_fused(kvq_bctx *b, const kvq_wt *w, vk_bind x, vk_bind y, int n, const vk_mm_fuse *f) {
     vk_pkey k = matmul_key(b, w, n);
-    matvec_aqlm(b, w, pipe_of(b, &k), x, y, n, f);
+    vec_pieces(b, w, &k, x, y, n, f);
 }
 
 void kvq_vk_matmul(kvq_bctx *b, const kvq_wt *w, const kvq_buf *x, kvq_buf *y, int n) {
@@ -249,10 +273,10 @@ void kvq_vk_get_rows(kvq_bctx *b, const kvq_wt *w, const int32_t *ids, int n, kv
 kvq_status kvq_vk_matmul_prepare(kvq_bctx *b, const kvq_wt *w, int rows_only) {
     vk_pkey k = get_rows_key(w);
     pipe_of(b, &k);
-    /* n = 1..VEC_MAX_N: decode and batched decode (and MoE experts a few rows pick); VEC_MAX_N + 1:
-     * tiles; VK_I8T_MIN_N: the int8 tiles where the weight takes them */
+    /* n = 1..VEC_MAX_N: the vector pieces of decode and small batches (and MoE experts a few rows
+     * pick); VK_EXACT_ROWS + 1: tiles; VK_I8T_MIN_N: the int8 tiles where the weight takes them */
     for (int n = 1; n <= VEC_MAX_N + 1 && !rows_only; n++) {
-        k = matmul_key(b, w, n);
+        k = matmul_key(b, w, n > VEC_MAX_N ? VK_EXACT_ROWS + 1 : n);
         pipe_of(b, &k);
     }
     if (!rows_only && kvq_vk_i8t_wanted(b, w, VK_I8T_MIN_N)) {

@@ -39,6 +39,7 @@ static int usage(FILE *f) {
             "  --prompt-repeat R   the passage R times over (default 1), so lookup finds what follows\n"
             "  --reps R        both decodes R times, alternating; the best time of each (default 1)\n"
             "  --cpu-time      time by the process's CPU time (with -t 1: steadier on a busy machine)\n"
+            "  --backend B     cpu (default), vulkan or auto; -ngl N|auto: the last N layers on the GPU\n"
             "  verify_ratio    time of one forward of K+1 tokens / one token (logits for every row)\n"
             "  same            1 when the speculative tokens equal plain decode's (they must, greedy)\n");
     return 0;
@@ -154,6 +155,8 @@ int kvq_bench_spec(int argc, char **argv) {
     const char *dir = NULL, *synth = NULL, *scheme = "1x16", *synth_root = NULL, *draft = NULL, *text = NULL, *file = NULL;
     long n = 32, threads = 0, lookup = 0, k = 4, n_tok = 64, rep = 1, reps = 1;
     double min_p = 0;
+    const char *backend = "cpu";
+    int ngl = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout);
@@ -168,6 +171,8 @@ int kvq_bench_spec(int argc, char **argv) {
         else if (!strcmp(a, "--scheme")) scheme = v;
         else if (!strcmp(a, "--synthetic-dir")) synth_root = v;
         else if (!strcmp(a, "--draft")) draft = v;
+        else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "-ngl")) { if (kvq_tool_parse_ngl(v, &ngl)) goto bad; }
         else if (!strcmp(a, "--prompt")) text = v;
         else if (!strcmp(a, "--prompt-file")) file = v;
         else if (!strcmp(a, "--lookup")) { if (kvq_tool_parse_int(v, 1, 64, &lookup)) goto bad; }
@@ -197,7 +202,8 @@ int kvq_bench_spec(int argc, char **argv) {
 
     kvq_model_params mp = kvq_model_default_params();
     mp.n_threads = (int)threads;
-    mp.backend = "cpu";
+    mp.backend = backend;
+    mp.n_gpu_layers = ngl;
     kvq_model *m = NULL, *dm = NULL;
     if (kvq_model_load(dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s: %s", dir, kvq_last_error());
     int self = draft && !strcmp(draft, "self"), rc = 1;
