@@ -562,52 +562,65 @@ static size_t lutq_thread_floats(const kvq_cpu_weight *w) {
     return (size_t)lutq_decode_chunk(w) * w->M * (256 + 128) + (size_t)w->rows_pad;
 }
 
-/* int16 tables (lutq_*): chunks of up to lutq_decode_chunk(w) groups
- * (lutq_schedule) are handed out as threads ask (the two vCPUs of a VM ran
- * the same share 10-30% apart), each with its own scale: q = round(T *
- * 32767 / max|T| of the chunk), exact int32 sums per chunk. Every chunk's
- * f32 partial goes to its own slot and the slots are summed in chunk order,
- * so which thread took which chunk does not change a bit: the same call
- * gives the same floats every time (with one partial per thread, greedy
- * decode on 2+ threads could differ from run to run). Per chunk, not per
- * token, so the tables never leave the thread's cache and the error is no
- * larger than with one scale per token. A step of several tokens (server
- * rows, speculative drafts) runs every token through a chunk before the next
- * chunk is taken: the chunk's codes come from memory once for all of them,
- * and each token gets the chunks, scales and int32 sums it would get alone.
- * parts holds n partial outputs per chunk (chunk k's token i at
- * parts + (k*n + i)*rows_pad), then the schedule's starts as ints. */
+/* int16 tables (lutq_*): the groups in chunks of up to lutq_decode_chunk(w)
+ * (lutq_schedule), each with its own scale: q = round(T * 32767 / max|T| of
+ * the chunk), exact int32 sums per chunk. Per chunk, not per token, so the
+ * tables never leave the thread's cache and the error is no larger than with
+ * one scale per token. The first K/(T+1) chunks per thread are fixed (thread
+ * t's run of them summed into its own slot, which stays in L1); the rest go
+ * to whichever thread asks first (the two vCPUs of a VM ran the same share
+ * 10-30% apart), each into a slot of its own. The slots are summed in order,
+ * so which thread took which chunk changes no bit: the same call gives the
+ * same floats every time (with one partial per thread, greedy decode on 2+
+ * threads differed from run to run; a slot per chunk throughout cost 4-5% of
+ * 7B 2x8 decode). A step of several tokens (server rows, speculative
+ * drafts) runs every token through a chunk before the next chunk is taken:
+ * the chunk's codes come from memory once for all of them, and each token
+ * gets the chunks, scales and int32 sums it would get alone. parts holds n
+ * partial outputs per slot (slot k's token i at parts + (k*n + i)*rows_pad),
+ * then the schedule's starts as ints. */
 static void matmul_lutq(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const float *x, float *y, int n, int nt,
-                        float *scratch_all, float *parts, int max_chunks) {
-    int rows16 = (w->rows + 15) / 16, chunk = lutq_decode_chunk(w), next = 0, K = 0;
+                        float *scratch_all, float *parts, int max_slots) {
+    int rows16 = (w->rows + 15) / 16, chunk = lutq_decode_chunk(w), next = 0, K = 0, fixed = 0;
     qtables qt = qtables_for(k, w);
     size_t pad = (size_t)w->rows_pad, per = lutq_thread_floats(w);
-    int *starts = (int *)(parts + (size_t)max_chunks * pad * n);
+    int *starts = (int *)(parts + (size_t)max_slots * pad * n);
     if (nt > KVQ_MAX_LUT_THREADS) nt = KVQ_MAX_LUT_THREADS;
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads(), o0, o1;
 #pragma omp single
-        K = lutq_schedule(w, chunk, T, starts); /* T <= nt: no more chunks than max_chunks */
+        {
+            K = lutq_schedule(w, chunk, T, starts); /* T <= nt: K + T <= max_slots */
+            fixed = K / (T + 1);
+            next = T * fixed;
+        }
         kvq_split(rows16, T, t, &o0, &o1);
         o0 *= 16, o1 = o1 * 16 < w->rows ? o1 * 16 : w->rows;
         float *own = scratch_all + (size_t)t * per;
         void *q = own + (size_t)chunk * w->M * 256;
         int32_t *acc = (int32_t *)(own + (size_t)chunk * w->M * 384);
-        for (int c; (c = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < K;) {
+        memset(parts + (size_t)t * n * pad, 0, pad * n * sizeof *parts);
+        /* chunk c into slot s: thread t's fixed chunks into slot t, a taken one into T + its rank */
+        for (int i = 0, c = t * fixed;; i++, c++) {
+            int s = t;
+            if (i >= fixed) {
+                if ((c = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) >= K) break;
+                s = T + c - T * fixed;
+                memset(parts + (size_t)s * n * pad, 0, pad * n * sizeof *parts);
+            }
             int ga = starts[c], gb = starts[c + 1];
             for (int tok = 0; tok < n; tok++) {
-                float *slot = parts + ((size_t)c * n + tok) * pad;
-                memset(slot, 0, pad * sizeof *slot);
                 float mx = k->lutq_build(w, x + (size_t)tok * w->cols, own, ga, gb);
                 /* mx = 0: all tables zero, any scale works; non-finite mx makes the outputs non-finite too */
                 qt.pack(w, own, mx > 0.0f ? qt.qmax / mx : 0.0f, q, qt.pair_bytes, ga, gb);
-                qt.gemv(w, q, ga * w->M, gb * w->M, mx / qt.qmax, acc, slot, 0, w->rows_pad);
+                qt.gemv(w, q, ga * w->M, gb * w->M, mx / qt.qmax, acc, parts + ((size_t)s * n + tok) * pad, 0,
+                        w->rows_pad);
             }
         }
 #pragma omp barrier
         for (int tok = 0; tok < n; tok++)
-            lut_reduce_tok(w, parts, K, n, tok, y + (size_t)tok * w->rows, o0, o1);
+            lut_reduce_tok(w, parts, T + K - T * fixed, n, tok, y + (size_t)tok * w->rows, o0, o1);
     }
 }
 
@@ -842,14 +855,16 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
         size_t tn = nt > KVQ_MAX_LUT_THREADS ? KVQ_MAX_LUT_THREADS : (size_t)nt;
         /* Per thread a chunk's tables (and with int16 ones, its int32 sums), then a partial output per thread. */
         size_t tables_n = tn * (k->lutq_gemv ? lutq_thread_floats(w) : (size_t)lut_chunk(w) * w->M * 256);
-        /* int16 tables: a partial per chunk (lutq_schedule's count grows with T), then its starts */
-        int max_chunks = k->lutq_gemv ? lutq_schedule(w, lutq_decode_chunk(w), (int)tn, NULL) : 0;
-        size_t parts_n = k->lutq_gemv ? (size_t)max_chunks * w->rows_pad * (size_t)n + (size_t)max_chunks + 1
+        /* int16 tables: a partial per thread and per taken chunk (lutq_schedule's count grows
+         * with T), then the chunk starts */
+        int n_chunks = k->lutq_gemv ? lutq_schedule(w, lutq_decode_chunk(w), (int)tn, NULL) : 0;
+        int max_slots = n_chunks + (int)tn;
+        size_t parts_n = k->lutq_gemv ? (size_t)max_slots * w->rows_pad * (size_t)n + (size_t)n_chunks + 1
                                       : tn * w->rows_pad;
         float *luts = scratch(tables_n + parts_n);
         if (luts) {
             if (k->lutq_gemv)
-                matmul_lutq(k, w, x, y, n, nt, luts, luts + tables_n, max_chunks);
+                matmul_lutq(k, w, x, y, n, nt, luts, luts + tables_n, max_slots);
             else
                 matmul_lut(k, w, x, y, n, nt, luts, luts + tables_n);
             return;
