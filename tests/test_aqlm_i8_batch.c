@@ -153,10 +153,7 @@ static void check_invariant(const wmade *w, const char *what) {
             int nt = 1 + n % 3;
             memset(y, 0xff, sizeof(float) * (size_t)n * rows);
             kvq_cpu_matmul(cw, x, y, n, nt);
-            for (size_t i = 0; i < (size_t)n * rows; i++)
-                if (memcmp(&y[i], &alone[i], sizeof(float)))
-                    fail_msg("%s isa=%s n=%d threads=%d: token %zu row %zu is %.9g in the batch, %.9g alone", what,
-                             kvq_isa_name((kvq_isa)isa), n, nt, i / (size_t)rows, i % (size_t)rows, y[i], alone[i]);
+            tu_same_as_alone(y, alone, n, rows, what, kvq_isa_name((kvq_isa)isa), nt);
         }
         kvq_cpu_weight_free(cw);
     }

@@ -193,3 +193,10 @@ double tu_i8_block_bound(const float *wo, const float *xt, int cols, int kb) {
     }
     return bound;
 }
+
+void tu_same_as_alone(const float *y, const float *alone, int n, int rows, const char *what, const char *isa, int nt) {
+    for (size_t i = 0; i < (size_t)n * (size_t)rows; i++)
+        if (memcmp(&y[i], &alone[i], sizeof(float)))
+            fail_msg("%s isa=%s n=%d threads=%d: token %zu row %zu is %.9g in the batch, %.9g alone", what, isa, n, nt,
+                     i / (size_t)rows, i % (size_t)rows, y[i], alone[i]);
+}

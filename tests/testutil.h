@@ -66,4 +66,8 @@ int32_t tu_argmax(const float *x, int n);
 /* n greedy tokens from c's current logits, each evaluated in turn (asserts every eval). */
 void tu_greedy(struct kvq_context *c, int n_vocab, int32_t *out, int n);
 
+/* Fails unless each of the n tokens' rows of outputs in a batch (y, token t at y + t*rows)
+ * are the same bits as that token's alone; `what` names the weight, isa and nt the run. */
+void tu_same_as_alone(const float *y, const float *alone, int n, int rows, const char *what, const char *isa, int nt);
+
 #endif
