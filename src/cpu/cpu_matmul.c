@@ -462,20 +462,10 @@ static int chunk_groups(const kvq_cpu_weight *w, int steps) {
 static int lut_chunk(const kvq_cpu_weight *w) { return chunk_groups(w, KVQ_LUT_CHUNK_STEPS); }
 static int lutq_decode_chunk(const kvq_cpu_weight *w) { return chunk_groups(w, KVQ_LUTQ_CHUNK_STEPS); }
 
-/* Partial outputs of all threads summed for rows [o0, o1) of token tok, scaled. */
-static void lut_reduce(const kvq_cpu_weight *w, const float *parts, int T, float *yt, int o0, int o1) {
-    size_t pad = (size_t)w->rows_pad;
-    for (int o = o0; o < o1; o++) {
-        float sum = 0.0f;
-        for (int i = 0; i < T; i++) sum += parts[(size_t)i * pad + (size_t)o];
-        yt[o] = w->scales[o] * sum;
-    }
-    add_bias(w, yt, o0, o1);
-}
-
-/* Token tok of n when each of K chunks keeps n partial outputs (matmul_lutq):
- * the partials summed in chunk order, 64 rows at a time so the adds run
- * across rows (vectors) while each row's order stays the chunks'. */
+/* Rows [o0, o1) of token tok of n, scaled, when each of K slots keeps n
+ * partial outputs (matmul_lutq's slots; matmul_lut's threads with n = 1):
+ * the partials summed in slot order, 64 rows at a time so the adds run
+ * across rows (vectors) while each row's order stays the slots'. */
 static void lut_reduce_tok(const kvq_cpu_weight *w, const float *parts, int K, int n, int tok, float *yt, int o0, int o1) {
     size_t pad = (size_t)w->rows_pad;
     for (int o = o0; o < o1; o += 64) {
@@ -514,7 +504,7 @@ static void matmul_lut(const kvq_mm_kernels *k, const kvq_cpu_weight *w, const f
                 k->lut_gemv(w, own, gc * w->M, ge * w->M, mine, 0, w->rows_pad);
             }
 #pragma omp barrier
-            lut_reduce(w, parts, T, y + (size_t)tok * w->rows, o0, o1);
+            lut_reduce_tok(w, parts, T, 1, 0, y + (size_t)tok * w->rows, o0, o1);
             if (tok + 1 < n) {
 #pragma omp barrier
             }
