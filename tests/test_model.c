@@ -58,6 +58,7 @@ static int setup(void **state, const char *name, int exact) {
     mp.backend = g_backend;
     mp.n_gpu_layers = tu_env_gpu_layers();
     mp.exact = exact;
+    mp.aqlm_i8 = 0; /* the fp16 codebooks: 1x16's default int8 codewords are test_i8's */
     if (kvq_model_load(dirc, &mp, &f->m) != KVQ_OK) fail_msg("load %s: %s", dirc, kvq_last_error());
     f->n_vocab = kvq_model_n_vocab(f->m);
     size_t len;
@@ -359,7 +360,7 @@ static void test_lut8(void **state) {
                      &mp, "int8 AQLM tables", KVQ_TEST_LUT8_LOGITS, KVQ_TEST_LUT8_LOGITS);
 }
 
-/* kvq_model_params.aqlm_i8 on the 1x16 fixtures (int8 codewords and
+/* kvq_model_params.aqlm_i8, the default, on the 1x16 fixtures (int8 codewords and
  * activations, integer dot products): logits near the reference, the same
  * top token, batched == token by token (each token is quantized on its
  * own), and on the language model (brown-llama) the reference's greedy
@@ -374,7 +375,7 @@ static void test_i8(void **state) {
     if (g_backend && *g_backend && strcmp(g_backend, "cpu")) skip();
     kvq_model_params mp = kvq_model_default_params();
     mp.backend = "cpu";
-    mp.aqlm_i8 = 1;
+    assert_int_equal(mp.aqlm_i8, 1);
     const char *dir = tu_fixture(!strcmp(f->name, "brown-llama-aqlm-1x16") ? "models/brown-llama-aqlm-1x16"
                                                                            : "models/llama3-tiny-aqlm-1x16g16");
     check_lossy_mode(f, dir, &mp, "int8 1x16 AQLM", KVQ_TEST_I8_LOGITS, 1e-4);

@@ -28,6 +28,7 @@ static kvq_model *load(const char *dir, const char *backend, int exact) {
     kvq_model_params mp = kvq_model_default_params();
     mp.backend = backend;
     mp.exact = exact;
+    mp.aqlm_i8 = 0; /* the CPU on the fp16 codebooks the shaders read (1x16's int8 codewords: test_model's test_i8) */
     mp.n_threads = 2;
     kvq_model *m;
     if (kvq_model_load(dir, &mp, &m) != KVQ_OK) fail_msg("%s: %s", backend, kvq_last_error());

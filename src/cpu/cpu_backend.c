@@ -55,7 +55,7 @@ static kvq_status cpu_init(const kvq_backend_opts *o, kvq_bctx **out) {
     b->n_threads = o && o->n_threads > 0 ? o->n_threads : omp_get_num_procs();
     b->aqlm_cb8 = o && o->aqlm_cb8;
     b->aqlm_lut8 = o && o->aqlm_lut8;
-    b->aqlm_i8 = o && o->aqlm_i8 && !o->exact; /* exact means exact everywhere */
+    b->aqlm_i8 = o && o->aqlm_i8 && !o->exact && !o->aqlm_cb8; /* exact means exact everywhere; cb8 is asked for */
     b->exact = o && o->exact;
     snprintf(b->desc, sizeof b->desc, "cpu: %d threads, %s%s%s%s%s", b->n_threads, kvq_isa_name(kvq_cpu_isa()),
              b->aqlm_cb8 ? ", int8 AQLM codebooks" : "", b->aqlm_lut8 ? ", int8 AQLM tables" : "",

@@ -16,7 +16,8 @@
  *  extra token (1 thread, 11008x4096, CPU time, Zen 4/5 VM): 2x8 ~0.45 ms
  *  against ~0.55 ms for one token (lookups, not memory, set the pace), 1x16
  *  ~1.5 ms against ~4 ms (f32 FMAs); docs/performance.md "Small batches";
- *  - AQLM with int8 codewords (opt-in, desc i8), any n: integer dot products (aqlm/aqlm_i8*.c);
+ *  - AQLM with int8 codewords (desc i8, the default for 1x16), n <= 16: integer dot products
+ *    (aqlm/aqlm_i8*.c), in place of the codeword gather;
  *  - everything else (batched): rows are widened/dequantized a tile at a time
  *    into a per-thread f32 buffer, and the tile is multiplied with all n tokens. */
 #include <limits.h>
@@ -812,7 +813,10 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
     size_t work = (size_t)w->rows * (size_t)w->cols * (size_t)n;
     int nt = threads_for(n_threads, work);
 
-    if (w->cbq) { /* the other kernels have no int8 codewords */
+    /* int8 codewords: steps of up to 16 tokens on the integer dot products
+     * (each row the bits it gets alone); prompts past them on the int8 tiles
+     * below, rows dequantized from the same codewords (aqlm_rows) */
+    if (w->cbq && n < KVQ_I8T_MIN_N_GATHER) {
         float *buf = scratch((kvq_i8_act_bytes(w->cols, n) + 3) / 4);
         if (buf)
             kvq_cpu_matmul_i8(w, x, y, n, nt, buf);

@@ -9,7 +9,7 @@
 #include "util.h"
 
 kvq_model_params kvq_model_default_params(void) {
-    kvq_model_params p = {.backend = NULL, .n_threads = 0, .device = NULL, .n_gpu_layers = -1,
+    kvq_model_params p = {.backend = NULL, .n_threads = 0, .device = NULL, .n_gpu_layers = -1, .aqlm_i8 = 1,
                           .plan_type_k = KVQ_CACHE_F16, .plan_type_v = KVQ_CACHE_F16};
     return p;
 }

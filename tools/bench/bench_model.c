@@ -25,7 +25,7 @@ int kvq_bench_depth(kvq_model *m, const int *depths, int nd, long pp, long tg, l
 int kvq_bench_batch_sweep(kvq_model *m, long pp, long reps, int tk, int tv);
 
 static int usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8] [--aqlm-i8] [--exact] [--plan] [--profile] [--batch-sweep]\n"
+    fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8] [--no-aqlm-i8] [--exact] [--plan] [--profile] [--batch-sweep]\n"
                "       kvq-bench model --synthetic NAME --scheme 2x8|1x16 [--synthetic-dir D]\n"
                "  -m      model directory (default: the demo model)\n"
                "  --synthetic  a real-shape AQLM checkpoint with random codes, written once under D: llama2-7b,\n"
@@ -37,8 +37,9 @@ static int usage(FILE *f) {
                "  --backend auto|cpu|vulkan, --device N|NAME (GPU), -ngl N|auto (the last N layers on the GPU)\n"
                "  --aqlm-cb8  CPU: 1x16 AQLM codebooks as int8 (opt-in, lossy; see README)\n"
                "  --aqlm-lut8 CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (opt-in, lossy; see README)\n"
-               "  --aqlm-i8   CPU: 1x16 AQLM through int8 codewords and int8 dot products (opt-in, lossy; see README);\n"
-               "              a --synthetic 1x16 run also decodes with it on a second load (tg_i8_tps, tg_i8_speedup)\n"
+               "  --no-aqlm-i8  CPU: 1x16 AQLM through the fp16 codebook and exact gathers (default: int8 codewords and\n"
+               "              integer dot products, lossy; docs/performance.md); a --synthetic 1x16 run decodes with the\n"
+               "              other of the two on a second load (tg_i8_tps, tg_gather_tps, tg_i8_speedup = i8 / gather)\n"
                "  --exact    AQLM prompts through the exact paths too (CPU, Vulkan); without it a --synthetic CPU run times\n"
                "              the prompt with them on a second load (pp_exact_tps, pp_speedup)\n"
                "  --profile  GPU: time and GB/s per op kind over the decoded tokens (commands run one at a time)\n"
@@ -118,11 +119,13 @@ static double side_run(const char *what, const char *dir, const kvq_model_params
     return best < 1e30 && tg > 0 ? (double)tg / best : 0;
 }
 
-/* " tg_i8_tps=.. tg_i8_speedup=.." for the last line when measured (tg_i8 >= 0), else "". */
-static const char *i8_fields(double tg_i8, double tg_tps) {
-    static char buf[96];
+/* " tg_i8_tps=.. tg_gather_tps=.. tg_i8_speedup=.." for the last line when both were measured, else "". */
+static const char *i8_fields(double tg_i8, double tg_gather) {
+    static char buf[128];
     buf[0] = 0;
-    if (tg_i8 >= 0) snprintf(buf, sizeof buf, " tg_i8_tps=%.2f tg_i8_speedup=%.3f", tg_i8, tg_tps > 0 ? tg_i8 / tg_tps : 0);
+    if (tg_i8 >= 0 && tg_gather >= 0)
+        snprintf(buf, sizeof buf, " tg_i8_tps=%.2f tg_gather_tps=%.2f tg_i8_speedup=%.3f", tg_i8, tg_gather,
+                 tg_gather > 0 ? tg_i8 / tg_gather : 0);
     return buf;
 }
 
@@ -145,7 +148,7 @@ int kvq_bench_model(int argc, char **argv) {
     const char *dir = NULL, *synth = NULL, *scheme = "2x8", *synth_root = NULL, *backend = NULL, *device = NULL;
     int ngl = -1;
     long pp = -1, tg = -1, threads = 0, reps = -1;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0, plan = 0, profile = 0, i8 = 0, exact = 0, types_given = 0, sweep = 0;
+    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, cb8 = 0, lut8 = 0, plan = 0, profile = 0, i8 = 1, exact = 0, types_given = 0, sweep = 0;
     int depths[DEPTHS_MAX], n_depths = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -167,8 +170,8 @@ int kvq_bench_model(int argc, char **argv) {
             profile = 1;
             continue;
         }
-        if (!strcmp(a, "--aqlm-i8")) {
-            i8 = 1;
+        if (!strcmp(a, "--aqlm-i8") || !strcmp(a, "--no-aqlm-i8")) {
+            i8 = a[2] == 'a';
             continue;
         }
         if (!strcmp(a, "--exact")) {
@@ -228,12 +231,13 @@ int kvq_bench_model(int argc, char **argv) {
     if (plan) return print_plan(dir, &mp);
     /* the side runs below compare CPU kernels: not on a GPU backend */
     int on_cpu = !sweep && !(backend && strcmp(backend, "cpu") && strcmp(backend, "auto"));
-    /* 1x16 synthetic: decode with aqlm_i8 too, for tg_i8_tps / tg_i8_speedup */
-    double tg_i8 = -1, pp_side = 0, pp_exact = -1;
-    if (synth && on_cpu && !strncmp(scheme, "1x16", 4)) {
+    /* 1x16 synthetic: decode with the other of aqlm_i8 / the exact gathers too, for tg_i8_speedup */
+    double tg_side = -1, pp_side = 0, pp_exact = -1;
+    int i8_side = synth && on_cpu && !exact && !cb8 && !strncmp(scheme, "1x16", 4);
+    if (i8_side) {
         kvq_model_params m8 = mp;
-        m8.aqlm_i8 = 1;
-        tg_i8 = side_run("aqlm_i8", dir, &m8, pp, tg, reps, tk, tv, &pp_side);
+        m8.aqlm_i8 = !i8;
+        tg_side = side_run(i8 ? "exact gathers (--no-aqlm-i8)" : "aqlm_i8", dir, &m8, pp, tg, reps, tk, tv, &pp_side);
     }
     /* AQLM prompts: the exact paths too, for pp_exact_tps (the default's error: per-output bound in
      * i8tile/i8tile.c, kvq-ppl --kl-exact on trained checkpoints; a random synthetic model's logits
@@ -358,7 +362,7 @@ int kvq_bench_model(int argc, char **argv) {
     if (synth) {
         printf("model synthetic=%s scheme=%s pp_tps=%.2f tg_tps=%.2f bound_tps=%.2f tg_bw_ratio=%.3f rss_ratio=%.3f%s", synth,
                scheme, (double)pp / best_pp, tg_tps, bound, bound > 0 ? tg_tps / bound : 0, rss_ratio,
-               i8_fields(tg_i8, tg_tps));
+               i8_side ? i8_fields(i8 ? tg_tps : tg_side, i8 ? tg_side : tg_tps) : "");
         if (pp_exact > 0) printf(" pp_exact_tps=%.2f pp_speedup=%.3f", pp_exact, (double)pp / best_pp / pp_exact);
     } else
         printf("model pp=%ld tg=%ld pp_tps=%.1f tg_tps=%.1f tg_bw_ratio=%.2f sample_greedy_us=%.1f sample_default_us=%.1f "

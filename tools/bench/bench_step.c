@@ -1,6 +1,6 @@
 /* `kvq-bench step`: what one matmul of a step of N = 1, 2, 4, 8, 16 tokens
  * costs on one AQLM weight (issue 34: a 2-16 token step for little more than
- * one), for the default, --exact and --aqlm-i8 paths, and the ceilings that
+ * one), for the default (1x16: int8 codewords), --exact and --no-aqlm-i8 paths, and the ceilings that
  * bound it: codes per second of the one-token call (the decode: gathers or
  * lookups) and multiply-adds per second of each extra token, beside the
  * int8 tile kernel's (the fastest integer dot product here, kvq_i8t panel).
@@ -155,7 +155,8 @@ static double bare_ratio(int rows, int cols, int reps, int wide) {
 #endif
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kvq-bench step [--rows R] [--cols C] [--scheme 1x16|2x8] [--exact] [--aqlm-i8] [--reps N]\n"
+    fprintf(f, "usage: kvq-bench step [--rows R] [--cols C] [--scheme 1x16|2x8] [--exact] [--no-aqlm-i8] [--reps N]\n"
+               "  1x16 runs the default int8 codewords (mode=aqlm-i8); --no-aqlm-i8 the fp16 codebook's gathers (mode=gather)\n"
                "  one thread, CPU time: prints `step scheme= mode= rows= cols= n= cpu_ms= ratio_to_1= per_extra_ms=`\n"
                "  for n = 1, 2, 4, 8, 16, then `ceiling codes_per_s= extra_gmacs= dot_gmacs=` (one-token call's codes/s,\n"
                "  multiply-adds/s of an extra token at n = 8, the int8 tile kernel's at 16 tokens, and n=8 over n=1 of a bare\n"
@@ -164,12 +165,13 @@ static void usage(FILE *f) {
 }
 
 int kvq_bench_step(int argc, char **argv) {
-    int rows = 4096, cols = 4096, exact = 0, i8 = 0, reps = 20, m = 1, nbits = 16;
+    int rows = 4096, cols = 4096, exact = 0, i8 = 1, reps = 20, m = 1, nbits = 16;
     const char *scheme = "1x16";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--exact")) exact = 1;
         else if (!strcmp(a, "--aqlm-i8")) i8 = 1;
+        else if (!strcmp(a, "--no-aqlm-i8")) i8 = 0;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(stdout), 0;
         else if (i + 1 < argc && !strcmp(a, "--scheme")) {
             scheme = argv[++i];
@@ -197,10 +199,10 @@ int kvq_bench_step(int argc, char **argv) {
     for (int k = 0; k < 16 * cols; k++) x[k] = kvq_bench_rndf(&g_rng);
     kvq_weight_desc d = {.fmt = KVQ_W_AQLM, .rows = rows, .cols = cols, .n_codebooks = m, .nbits = nbits,
                          .in_group = ig, .code_bytes = cb, .codes = codes, .codebooks = cbk, .scales = scales,
-                         .name = "bench.step", .i8 = i8, .exact = exact};
+                         .name = "bench.step", .i8 = i8 && !exact, .exact = exact};
     kvq_cpu_weight *w = kvq_cpu_weight_new(&d);
     if (!w) return kvq_tool_die(PROG, "%s", kvq_last_error());
-    const char *mode = i8 && m == 1 ? "aqlm-i8" : exact ? "exact" : "default";
+    const char *mode = exact ? "exact" : i8 && m == 1 ? "aqlm-i8" : m == 1 ? "gather" : "default";
     static const int ns[] = {1, 2, 4, 8, 16};
     double t1 = 0.0, t8 = 0.0;
     for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {

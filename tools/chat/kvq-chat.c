@@ -53,7 +53,8 @@ static void usage(FILE *f) {
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
-            "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (faster, ~1%% matmul change)\n"
+            "  --no-aqlm-i8          CPU: 1x16 AQLM through its fp16 codebook, exact gathers (default, --aqlm-i8: int8\n"
+            "                        codewords and integer dot products, ~1%% matmul change; off with --exact)\n"
             "  --exact               CPU and Vulkan: prompts through the exact AQLM paths too (default: int8 tiles, README)\n"
             "  --draft DIR           speculative decoding: DIR (a smaller model, same tokenizer) drafts tokens\n"
             "                        the model verifies in one batched step (same output, faster decode)\n"
@@ -80,6 +81,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
     o->type_k = o->type_v = KVQ_CACHE_F16;
     o->kv_rotate = -1;
     o->ngl = -1;
+    o->aqlm_i8 = 1;
     const kvq_tool_model_flags mf = {&o->model, &o->backend, &o->device, &o->n_ctx, &o->n_batch, &o->threads,
                                      &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->aqlm_i8, &o->ngl, &o->exact};
     for (int i = 1; i < argc; i++) {

@@ -29,7 +29,7 @@ int kvq_tool_parse_int(const char *s, long lo, long hi, long *out);
 int kvq_tool_parse_ngl(const char *s, int *out);
 
 /* The model, backend and cache flags every model-running tool takes, each pointing at the
- * tool's own option field: -m, --backend, --device, -ngl, --aqlm-cb8, --aqlm-lut8, --aqlm-i8, --exact, -c, -b, -t,
+ * tool's own option field: -m, --backend, --device, -ngl, --aqlm-cb8, --aqlm-lut8, --aqlm-i8, --no-aqlm-i8, --exact, -c, -b, -t,
  * -ctk, -ctv, --kv-rotate, --no-kv-rotate. */
 typedef struct {
     const char **model, **backend, **device;

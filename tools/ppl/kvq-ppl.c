@@ -35,7 +35,8 @@ static void usage(FILE *f) {
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
-            "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (faster, ~1%% matmul change)\n"
+            "  --no-aqlm-i8          CPU: 1x16 AQLM through its fp16 codebook, exact gathers (default, --aqlm-i8: int8\n"
+            "                        codewords and integer dot products, ~1%% matmul change; off with --exact)\n"
             "  --exact               CPU and Vulkan: prompts through the exact AQLM paths too (default: int8 tiles, README)\n"
             "  -h, --help            this help\n"
             "  --version             print the version\n"
@@ -131,10 +132,10 @@ int main(int argc, char **argv) {
     long kl_at[KL_AT_MAX];
     int n_kl_at = 0;
     long n_ctx = 512, chunks = 0, n_batch = 0, threads = 0;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1, cb8 = 0, lut8 = 0, i8 = 0, exact = 0, kl_exact = 0, ngl = -1;
+    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1, cb8 = 0, lut8 = 0, i8 = 1, exact = 0, kl_exact = 0, ngl = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate", "--aqlm-cb8", "--aqlm-lut8", "--aqlm-i8", "--exact", "--kl-exact"};
+        static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate", "--aqlm-cb8", "--aqlm-lut8", "--aqlm-i8", "--no-aqlm-i8", "--exact", "--kl-exact"};
         static const char *const valued[] = {"-m", "--model", "-f", "--file", "--backend", "--device", "-c", "--ctx-size", "--chunks",
                                              "-b", "--batch-size", "-t", "--threads", "-ctk", "--cache-type-k", "-ctv",
                                              "--cache-type-v", "--kl-base", "-ngl", "--n-gpu-layers", "--ids", "--kl-at"};
@@ -149,6 +150,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--aqlm-cb8")) cb8 = 1;
         else if (!strcmp(a, "--aqlm-lut8")) lut8 = 1;
         else if (!strcmp(a, "--aqlm-i8")) i8 = 1;
+        else if (!strcmp(a, "--no-aqlm-i8")) i8 = 0;
         else if (!strcmp(a, "--exact")) exact = 1;
         else if (!strcmp(a, "--kl-exact")) kl_exact = 1;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;

@@ -37,7 +37,8 @@ static void usage(FILE *f) {
             "                        free memory holds with the slots' caches)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables\n"
-            "  --aqlm-i8             CPU: 1x16 AQLM through int8 codewords and int8 dot products (faster, ~1%% matmul change)\n"
+            "  --no-aqlm-i8          CPU: 1x16 AQLM through its fp16 codebook, exact gathers (default, --aqlm-i8: int8\n"
+            "                        codewords and integer dot products, ~1%% matmul change; off with --exact)\n"
             "  --exact               CPU: prompts through the exact AQLM paths too (default: int8 tiles, README)\n"
             "  --chat-template NAME  none, llama2, llama3, mistral, chatml, phi3, gemma, command-r\n"
             "                        (default: recognized from tokenizer_config.json)\n"
@@ -65,6 +66,7 @@ static int parse(int argc, char **argv, srv_opts *o) {
     o->ngl = -1;
     o->type_k = o->type_v = KVQ_CACHE_F16;
     o->kv_rotate = -1;
+    o->aqlm_i8 = 1;
     const kvq_tool_model_flags mf = {&o->model_dir, &o->backend, &o->device, &o->n_ctx, &o->n_batch, &o->threads,
                                      &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->aqlm_i8, &o->ngl, &o->exact};
     for (int i = 1; i < argc; i++) {

@@ -264,9 +264,12 @@ void kvq_aqlm_rows_avx2(const kvq_cpu_weight *w, int r0, int r1, float *out) {
         __m256 s = _mm256_set1_ps(w->scales[o]), s8 = _mm256_set1_ps(w->cb8_scale);
         for (int g = 0; g < w->G; g++)
             for (size_t h = 0; h < ig; h += 8) {
-                /* int8: (q * cb8_scale) * scale, as the reference rounds it */
-                __m256 v = w->cb8 ? _mm256_mul_ps(cw8_i8(w->cb8, (size_t)c[g] * ig + h), s8)
-                                  : codeword8(w->cb16, c, g, KI, (size_t)w->M, ig, h, 0);
+                /* int8: (q * its scale) * scale, as the reference (kvq_cw_val) rounds it;
+                 * cbq's scale is its class's (aqlm/aqlm_i8.c) */
+                __m256 v = w->cbq  ? _mm256_mul_ps(cw8_i8(w->cbq, (size_t)c[g] * ig + h),
+                                                   _mm256_set1_ps(w->cbq_cls[c[g] >> w->cbq_shift]))
+                           : w->cb8 ? _mm256_mul_ps(cw8_i8(w->cb8, (size_t)c[g] * ig + h), s8)
+                                    : codeword8(w->cb16, c, g, KI, (size_t)w->M, ig, h, 0);
                 _mm256_storeu_ps(dst + g * ig + h, _mm256_mul_ps(s, v));
             }
     }

@@ -199,8 +199,9 @@ static i8_kern i8_kernel(void) {
  * then rows split among threads. A few tokens share each pass over a row's
  * codes (the kernel's max_t per call); more go through blocks of
  * KVQ_I8_ROWS rows, all tokens per block, so the codes come from memory once.
- * Prompts take this path too (the weight keeps no fp16 codebook for the tile
- * dequantize + f32 GEMM), so prompt and decode compute the same products. */
+ * kvq_cpu_matmul sends steps of up to 16 tokens here; longer prompts take
+ * the int8 tiles on rows dequantized from the same codewords, which run a 7B
+ * prompt several times faster than this (one gather per code and token pass). */
 #define KVQ_I8_ROWS 16
 void kvq_cpu_matmul_i8(const kvq_cpu_weight *w, const float *x, float *y, int n, int nt, void *buf) {
     i8_kern k = i8_kernel();
