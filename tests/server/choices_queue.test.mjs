@@ -66,13 +66,13 @@ test("a choice that starts while choice 0 generates takes its cache, cut back to
   const srv = await startServer(["-np", "3", "-c", "512"], { env });
   try {
     const client = new OpenAI({ baseURL: srv.url + "/v1", apiKey: "none", maxRetries: 0 });
+    const cachedBefore = await metric(srv.url, "prompt_tokens_cached_total"); // fresh slots: nothing cached below
     const ac = new AbortController();
     const long = streamed(client, { model: "demo", prompt: "It was a bright cold day", max_tokens: 400, temperature: 0 }, ac.signal);
-    const short = streamed(client, { model: "demo", prompt: "The city council voted", max_tokens: 12, temperature: 0 });
+    const short = streamed(client, { model: "demo", prompt: "The city council voted", max_tokens: 30, temperature: 0 });
     await Promise.all([long.first, short.first]);
-    const req = { model: "demo", prompt, max_tokens: 40, temperature: 1.0, seed: 9, n: 2 };
-    const cachedBefore = await metric(srv.url, "prompt_tokens_cached_total");
-    const group = streamed(client, req);
+    const req = { model: "demo", prompt, max_tokens: 60, temperature: 1.0, seed: 9, n: 2 };
+    const group = streamed(client, req); // choice 0 takes the idle slot, choice 1 the short one's
     const g0 = await group.first;
     const shortEnd = (await short.done).at;
     assert.ok(g0 < shortEnd, "choice 0 streamed before the short request freed a slot");
