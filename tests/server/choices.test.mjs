@@ -73,7 +73,7 @@ test("logprobs per choice", async () => {
   assert.equal(r.usage.completion_tokens, gen);
 });
 
-test("two n = 3 requests on 3 slots: the second waits for all three slots", async () => {
+test("two n = 3 requests on 3 slots: the second's choices take the slots the first frees", async () => {
   const req = { model: "demo", prompt, max_tokens: 8, temperature: 0, n: 3 };
   const [a, b] = await Promise.all([client.completions.create(req), client.completions.create({ ...req, prompt: "It was a cold" })]);
   assert.equal(a.choices.length, 3);

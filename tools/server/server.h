@@ -262,6 +262,16 @@ struct cJSON *srv_choices_wait(srv_choices *c, int (*gone)(void *), void *arg, s
 long srv_choices_stream(srv_choices *c, char *buf, size_t max, int (*gone)(void *), void *arg);
 void srv_choices_free(srv_choices *c);
 
+/* ---- server_sse.c: server-sent events --------------------------------------- */
+/* {"error": {message, type, code}}, as every error answer and a failed stream's last event. */
+struct cJSON *srv_error_json(const srv_error *e);
+/* Appends "data: <j>\n\n"; takes j. */
+void srv_sse_event(srv_buf *out, struct cJSON *j);
+/* A stream's end: err's event when err->status is set (err may be NULL), else with include_usage
+ * (head: the chunk's envelope, NULL without it) head + an empty "choices", timings (may be NULL)
+ * and usage as one chunk; then data: [DONE]. Takes head, timings and usage. */
+void srv_sse_end(srv_buf *out, const srv_error *err, struct cJSON *head, struct cJSON *timings, struct cJSON *usage);
+
 /* ---- server_embeddings.c: POST /v1/embeddings ------------------------------ */
 /* The answer, or NULL with e filled. Runs on the scheduler thread between steps. */
 struct cJSON *srv_embeddings(srv_server *s, const char *model_name, const char *body, size_t len, srv_error *e);

@@ -207,15 +207,7 @@ cJSON *srv_choices_wait(srv_choices *c, int (*gone)(void *), void *arg, srv_erro
     return j;
 }
 
-static void sse(srv_choices *c, cJSON *j) {
-    char *t = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    if (!t) return;
-    srv_buf_add(&c->out, "data: ", 6);
-    srv_buf_add(&c->out, t, strlen(t));
-    srv_buf_add(&c->out, "\n\n", 2);
-    free(t);
-}
+static void sse(srv_choices *c, cJSON *j) { srv_sse_event(&c->out, j); }
 
 /* One chunk of choice i (n_lp -1: its end). */
 static void event(srv_choices *c, int i, char *t, size_t k, srv_lp *lp, int n_lp) {
@@ -248,22 +240,12 @@ long srv_choices_stream(srv_choices *c, char *buf, size_t max, int (*gone)(void 
         int all = poll(c, 100, event);
         if (!all && c->out.n == 0 && gone(arg)) return -1;
         if (!all) continue;
-        int bad = -1;
-        for (int i = 0; i < c->n && bad < 0; i++)
-            if (c->r[i]->err.status) bad = i;
-        if (bad >= 0) {
-            cJSON *j = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(j, "error");
-            cJSON_AddStringToObject(err, "message", c->r[bad]->err.message);
-            cJSON_AddStringToObject(err, "type", c->r[bad]->err.type ? c->r[bad]->err.type : "server_error");
-            sse(c, j);
-        } else if (c->include_usage) {
-            cJSON *j = envelope(c, c->r[0]->chat ? "chat.completion.chunk" : "text_completion");
-            cJSON_AddArrayToObject(j, "choices");
-            cJSON_AddItemToObject(j, "timings", timings_json(c));
-            cJSON_AddItemToObject(j, "usage", usage_json(c));
-            sse(c, j);
-        }
-        srv_buf_add(&c->out, "data: [DONE]\n\n", 14);
+        const srv_error *bad = NULL;
+        for (int i = 0; i < c->n && !bad; i++)
+            if (c->r[i]->err.status) bad = &c->r[i]->err;
+        int usage = c->include_usage && !bad;
+        srv_sse_end(&c->out, bad, usage ? envelope(c, c->r[0]->chat ? "chat.completion.chunk" : "text_completion") : NULL,
+                    usage ? timings_json(c) : NULL, usage ? usage_json(c) : NULL);
         c->ended = 1;
     }
     size_t k = c->out.n - c->off < max ? c->out.n - c->off : max;

@@ -82,17 +82,8 @@ static mhd_result send_json(srv_http *h, struct MHD_Connection *c, int route, in
     return send_buf(h, c, route, status, "application/json", text, strlen(text), NULL, NULL);
 }
 
-static cJSON *error_json(const srv_error *e) {
-    cJSON *j = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(j, "error");
-    cJSON_AddStringToObject(err, "message", e->message);
-    cJSON_AddStringToObject(err, "type", e->type ? e->type : "invalid_request_error");
-    if (e->code) cJSON_AddStringToObject(err, "code", e->code);
-    else cJSON_AddNullToObject(err, "code");
-    return j;
-}
-
 static mhd_result send_error(srv_http *h, struct MHD_Connection *c, int route, const srv_error *e) {
-    cJSON *j = error_json(e);
+    cJSON *j = srv_error_json(e);
     char *t = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!t) return MHD_NO;
@@ -181,7 +172,7 @@ typedef struct {
     srv_http *h;
     srv_req *r;
     struct MHD_Connection *c;
-    body out; /* formatted events not yet handed to MHD */
+    srv_buf out; /* formatted events not yet handed to MHD */
     size_t off;
     int include_usage, started, ended;
     char *echo;      /* completions with echo: the prompt's text, sent first */
@@ -191,15 +182,7 @@ typedef struct {
     size_t sent;
 } stream;
 
-static void sse(stream *st, cJSON *j) {
-    char *t = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    if (!t) return;
-    body_add(&st->out, "data: ", 6);
-    body_add(&st->out, t, strlen(t));
-    body_add(&st->out, "\n\n", 2);
-    free(t);
-}
+static void sse(stream *st, cJSON *j) { srv_sse_event(&st->out, j); }
 
 /* The logprobs of a request's entries first..first+n (NULL when none were asked for). */
 static cJSON *logprobs_json(srv_http *h, const srv_req *r, const srv_lp *lp, int n, int first, const char *echo) {
@@ -277,19 +260,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         free(chunk);
         free(lp);
         if (done) {
-            if (r->err.status) {
-                sse(st, error_json(&r->err));
-            } else {
-                if (st->tools) stream_tools_end(st);
-                else sse_chunk(st, NULL, r->finish, 0, NULL, 0);
-                if (st->include_usage) {
-                    cJSON *j = envelope(st->h, r, r->chat ? "chat.completion.chunk" : "text_completion");
-                    cJSON_AddArrayToObject(j, "choices");
-                    cJSON_AddItemToObject(j, "usage", usage_json(r));
-                    sse(st, j);
-                }
-            }
-            body_add(&st->out, "data: [DONE]\n\n", 14);
+            int usage = st->include_usage && !r->err.status;
+            if (!r->err.status && st->tools) stream_tools_end(st);
+            else if (!r->err.status) sse_chunk(st, NULL, r->finish, 0, NULL, 0);
+            srv_sse_end(&st->out, &r->err, usage ? envelope(st->h, r, r->chat ? "chat.completion.chunk" : "text_completion") : NULL,
+                        NULL, usage ? usage_json(r) : NULL);
             st->ended = 1;
         }
     }

@@ -242,7 +242,12 @@ static slot *pick_slot(srv_server *s, const srv_req *r, int *common) {
 }
 
 /* Under the lock: drops the queued requests whose clients left, then moves the
- * oldest ones into free slots (first come, first served). */
+ * oldest ones into free slots (first come, first served). The choices of an n > 1 request
+ * queue right behind their lead and each takes a slot as one comes free, like any request:
+ * a group never waits for n free slots at once, so nothing behind it waits while a slot
+ * idles, and nothing passes it, so it cannot starve. A choice whose lead holds a slot takes
+ * a copy of the lead's cache once the prompt is read (server_fork.c), so the prompt is still
+ * evaluated once; after the lead has ended it reads the prompt like any request. */
 static void admit(srv_server *s) {
     for (srv_req **pp = &s->q_head, *prev = NULL; *pp;) {
         srv_req *r = *pp;
@@ -259,11 +264,9 @@ static void admit(srv_server *s) {
         pthread_cond_broadcast(&r->cv);
         req_unref(r);
     }
-    srv_req *lead_now = NULL; /* n > 1: the choices come in right after their lead */
     while (s->q_head) {
         srv_req *r = s->q_head;
-        if (r->group > 1 && srv_free_slots(s) < r->group) break; /* the choices go in together */
-        int common, follower = r->lead && r->lead == lead_now;
+        int common, follower = r->lead && srv_lead_slot(s, r) >= 0;
         slot *sl = pick_slot(s, r, &common);
         if (!sl) break;
         s->q_head = r->next;
@@ -271,7 +274,6 @@ static void admit(srv_server *s) {
         r->next = NULL;
         r->queued = 0;
         s->n_queued--;
-        if (r->group > 1) lead_now = r;
         if (s->prefix) { /* disk I/O without the lock: the connections go on meanwhile */
             pthread_mutex_unlock(&s->mu);
             srv_prefix_evict(s, sl, follower ? 0 : common);
@@ -527,6 +529,7 @@ static int eval_failed(const kvq_context *c, kvq_status st) { return c && st != 
  * Called without the lock; publishes the new text under it and returns holding it. */
 static void step(srv_server *s) {
     double t_step = kvq_tool_now();
+    srv_fork_late(s);
     kvq_context *ctx[s->n_slots];
     const int32_t *ids[s->n_slots];
     int n[s->n_slots], who[s->n_slots], gen0[s->n_slots], count = 0, n_decode = 0, prefill = -1, scored = -1;

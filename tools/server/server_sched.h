@@ -97,8 +97,11 @@ void srv_run_embd_jobs(srv_server *s);
 void srv_fork_choices(srv_server *s, slot *lead);
 /* Under the lock, when a lead ends: choices still waiting for its cache read the prompt themselves. */
 void srv_orphan_choices(srv_server *s, const srv_req *lead);
-/* Under the lock: slots without a request. */
-int srv_free_slots(const srv_server *s);
+/* Outside the lock, at the start of a step: choices that came in after their lead's prompt
+ * was read take the lead's cache cut back to the prompt, and its saved logits. */
+void srv_fork_late(srv_server *s);
+/* The slot holding choice r's lead, or -1 (compares pointers only: the lead may be gone). */
+int srv_lead_slot(const srv_server *s, const srv_req *r);
 
 /* server_prefix_cache.c (--prefix-cache): on the scheduler thread, without the lock (they take
  * it for the metrics); the slot is not yet the request's. Before a
