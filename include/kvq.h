@@ -151,6 +151,11 @@ KVQ_API size_t kvq_model_weight_bytes(const kvq_model *m);
 KVQ_API size_t kvq_model_step_bytes(const kvq_model *m);
 /* Layers on the GPU backend (0 on the CPU alone, the layer count when all are). */
 KVQ_API int kvq_model_gpu_layers(const kvq_model *m);
+/* Most token rows one forward computes each bit for bit as a one-token decode: the fewest over
+ * the backends the model runs on (the CPU, the GPU, both with offload; 16 on each now). A
+ * speculative verify (the pending token and its drafts) or a server step's decode rows within it
+ * give plain decoding's output; kvq_spec_new caps draft_max at one fewer. */
+KVQ_API int kvq_model_exact_rows(const kvq_model *m);
 /* One line: "plan: gpu_layers=<n>/<N> gpu_mib=<x> cpu_mib=<x> kv_gpu_mib=<x> kv_cpu_mib=<x>
  * allocs=<n>": weight bytes per backend, the KV cache of plan_ctx positions per backend, the
  * GPU's device allocations; " host_fallback_mib=<x>" when a full device put buffers in host memory. */
