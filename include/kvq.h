@@ -266,7 +266,8 @@ typedef struct {
     kvq_context *draft; /* a second model's context with the same tokenizer, or NULL */
     int lookup_n;       /* draft NULL: prompt lookup, the continuation of the most recent earlier
                            occurrence of the context's last lookup_n tokens (default 3) */
-    int draft_max;      /* K, drafts per step; 0: 8 with a draft model, 6 with lookup */
+    int draft_max;      /* K, drafts per step; 0: 8 with a draft model, 6 with lookup; at most
+                           kvq_model_exact_rows - 1 (and the target's n_batch - 1) */
     float draft_min_p;  /* a draft model stops drafting when its top probability is below; 0: off */
 } kvq_spec_params;
 
