@@ -517,9 +517,10 @@ static void publish_lp(slot *sl) {
 }
 
 /* A step makes the decode rows' forwards (eval_decode), then the prompt chunk's alone. Mixed
- * into one, a step past 16 rows (kvq_model_exact_rows) took the batched kernels, which round differently from the per-token ones a decode row gets alone or beside a
- * few other decode rows: a greedy reply changed with the moment another request's prompt
- * happened to be read (docs/serving.md#determinism). Did entry j's forward fail? */
+ * into one, a step past 16 rows (kvq_model_exact_rows) took the batched kernels, which round
+ * differently from the per-token ones a decode row gets alone or beside a few other decode
+ * rows: a greedy reply changed with the moment another request's prompt happened to be read
+ * (docs/serving.md#determinism). Did entry j's forward fail? */
 static int eval_failed(const kvq_context *c, kvq_status st) { return c && st != KVQ_OK; }
 
 /* The decode entries in forwards of at most kvq_model_exact_rows rows (whole entries), so each row
