@@ -154,6 +154,11 @@ KVQ_API size_t kvq_model_weight_bytes(const kvq_model *m);
 KVQ_API size_t kvq_model_step_bytes(const kvq_model *m);
 /* Layers on the GPU backend (0 on the CPU alone, the layer count when all are). */
 KVQ_API int kvq_model_gpu_layers(const kvq_model *m);
+/* Most token rows one forward computes each bit for bit as a one-token decode: the fewest over
+ * the backends the model runs on (the CPU, the GPU, both with offload; 16 on each now). A
+ * speculative verify (the pending token and its drafts) or a server step's decode rows within it
+ * give plain decoding's output; kvq_spec_new caps draft_max at one fewer. */
+KVQ_API int kvq_model_exact_rows(const kvq_model *m);
 /* One line: "plan: gpu_layers=<n>/<N> gpu_mib=<x> cpu_mib=<x> kv_gpu_mib=<x> kv_cpu_mib=<x>
  * allocs=<n>": weight bytes per backend, the KV cache of plan_ctx positions per backend, the
  * GPU's device allocations; " host_fallback_mib=<x>" when a full device put buffers in host memory. */
@@ -264,7 +269,8 @@ typedef struct {
     kvq_context *draft; /* a second model's context with the same tokenizer, or NULL */
     int lookup_n;       /* draft NULL: prompt lookup, the continuation of the most recent earlier
                            occurrence of the context's last lookup_n tokens (default 3) */
-    int draft_max;      /* K, drafts per step; 0: 8 with a draft model, 6 with lookup */
+    int draft_max;      /* K, drafts per step; 0: 8 with a draft model, 6 with lookup; at most
+                           kvq_model_exact_rows - 1 (and the target's n_batch - 1) */
     float draft_min_p;  /* a draft model stops drafting when its top probability is below; 0: off */
 } kvq_spec_params;
 

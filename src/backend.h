@@ -67,6 +67,9 @@ typedef struct kvq_backend {
     /* 1: weight_upload and weight_bytes may run on several threads at once (the loader then
      * uploads layers in parallel, each upload on one thread). */
     int parallel_upload;
+    /* Most token rows of one forward it computes each bit for bit as a one-token decode
+     * (speculative verifies and server steps stay within it: kvq_model_exact_rows). */
+    int exact_rows;
 
     /* ---- lifecycle ---- */
     /* Creates an instance; fails (with kvq_fail, one line naming the reason:

@@ -1,8 +1,9 @@
 /* Speculative decoding: a drafter (a second model's context, or prompt lookup) proposes up to K
  * tokens; the target evaluates the pending token and the drafts in ONE forward with logits for
  * every row, keeps the drafts its own choice agrees with, and both caches roll back past them.
- * Each row of that forward comes out as a one-token decode's, bit for bit (the CPU's small-batch
- * kernels, and the Vulkan backend's batches of up to 16 rows), so greedy output is plain decode's.
+ * Each row of that forward comes out as a one-token decode's, bit for bit, while the rows stay
+ * within kvq_model_exact_rows (the CPU's per-token kernels, the Vulkan backend's vector pieces
+ * and row-by-row attention), so greedy output is plain decode's.
  *
  * Invariant between steps: the target's cache holds hist[0 .. n_hist-1) (everything but the
  * pending token hist[n_hist-1], which the last step produced and did not evaluate); the draft's
@@ -18,9 +19,6 @@
 
 /* Most drafts per step: past this a rejection wastes more than the step could save. */
 #define KVQ_SPEC_MAX 64
-/* Rows a GPU backend computes each exactly as a one-token decode (the Vulkan backend's
- * VK_EXACT_ROWS, src/vulkan/vk_internal.h): a model with GPU layers drafts at most one fewer. */
-#define KVQ_SPEC_GPU_ROWS 16
 
 struct kvq_spec {
     kvq_context *tgt, *drf;
@@ -79,10 +77,14 @@ kvq_status kvq_spec_new(kvq_context *tgt, const kvq_spec_params *pp, kvq_spec **
     }
     if (p.draft_max <= 0) p.draft_max = p.draft ? 8 : 6;
     if (p.draft_max > KVQ_SPEC_MAX) p.draft_max = KVQ_SPEC_MAX;
-    /* the pending token and K drafts go through in one piece; on a GPU, one it computes row by row as decode */
+    /* the pending token and K drafts go through in one piece, one the backends compute row by
+     * row as decode (past exact_rows the batched kernels round differently: greedy output drifts) */
     if (p.draft_max + 1 > tgt->p.n_batch) p.draft_max = tgt->p.n_batch - 1;
-    if (kvq_model_gpu_layers(tgt->m) > 0 && p.draft_max >= KVQ_SPEC_GPU_ROWS) p.draft_max = KVQ_SPEC_GPU_ROWS - 1;
-    if (p.draft_max < 1) return kvq_fail(KVQ_ERR_ARG, "kvq_spec_new: the target's n_batch leaves no room for drafts");
+    const int exact = kvq_model_exact_rows(tgt->m);
+    if (p.draft_max + 1 > exact) p.draft_max = exact - 1;
+    if (p.draft_max < 1)
+        return kvq_fail(KVQ_ERR_ARG, "kvq_spec_new: the target's n_batch (%d) or exact rows (%d) leave no room for drafts",
+                        tgt->p.n_batch, exact);
     kvq_spec *s = calloc(1, sizeof *s);
     if (!s) return kvq_fail(KVQ_ERR_NOMEM, "out of memory");
     s->tgt = tgt, s->drf = p.draft, s->p = p;

@@ -1,7 +1,8 @@
 /* Speculative decoding (src/speculative.c) on the demo model, as target and as its own draft:
  * greedy output equals plain decode token for token with a draft model and with prompt lookup
  * for every cache type; the accept/resample rule keeps the target's distribution (chi-square);
- * a mismatched vocabulary is refused. KVQ_TEST_BACKEND / KVQ_TEST_NGL: Vulkan and offload. */
+ * a draft_max past kvq_model_exact_rows is capped there (and stays exact); a mismatched
+ * vocabulary is refused. KVQ_TEST_BACKEND / KVQ_TEST_NGL: Vulkan and offload. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,14 +64,16 @@ static void greedy_plain(kvq_cache_type t, int32_t *out) {
     kvq_context_free(c);
 }
 
-static void greedy_spec(kvq_cache_type t, int use_draft, int32_t *out, uint64_t *drafted, uint64_t *accepted) {
+/* Greedy tokens through kvq_spec_step with draft_max k; *most: the most drafts one step verified. */
+static void greedy_spec_k(kvq_cache_type t, int use_draft, int k, int32_t *out, uint64_t *drafted, uint64_t *accepted,
+                          int *most) {
     int32_t ids[128];
     int n = prompt(ids);
     kvq_context *c = new_ctx(t), *d = use_draft ? new_ctx(t) : NULL;
     kvq_spec_params p = kvq_spec_default_params();
     p.draft = d;
     p.lookup_n = 2;
-    p.draft_max = 4;
+    p.draft_max = k;
     kvq_spec *s = NULL;
     if (kvq_spec_new(c, &p, &s) != KVQ_OK) fail_msg("spec: %s", kvq_last_error());
     kvq_sampler_params sp = kvq_sampler_default_params();
@@ -81,12 +84,40 @@ static void greedy_spec(kvq_cache_type t, int use_draft, int32_t *out, uint64_t 
         int r = kvq_spec_step(s, smp, out + got, N_GEN - got);
         if (r <= 0) fail_msg("step: %s", kvq_last_error());
         got += r;
+        uint64_t before = *drafted;
+        kvq_spec_stats(s, drafted, accepted);
+        if ((int)(*drafted - before) > *most) *most = (int)(*drafted - before);
     }
     kvq_spec_stats(s, drafted, accepted);
     kvq_spec_free(s);
     kvq_sampler_free(smp);
     kvq_context_free(c);
     kvq_context_free(d);
+}
+
+static void greedy_spec(kvq_cache_type t, int use_draft, int32_t *out, uint64_t *drafted, uint64_t *accepted) {
+    int most = 0;
+    greedy_spec_k(t, use_draft, 4, out, drafted, accepted, &most);
+}
+
+/* draft_max 40, the model as its own draft (every draft stands): a step verifies at most
+ * kvq_model_exact_rows rows (the pending token and exact_rows - 1 drafts), and greedy output is
+ * still plain decode's. */
+static void test_draft_max_capped(void **state) {
+    (void)state;
+    if (!g_m) skip();
+    const int exact = kvq_model_exact_rows(g_m);
+    int32_t ref[N_GEN], got[N_GEN];
+    uint64_t dr = 0, ac = 0;
+    int most = 0;
+    assert_true(exact >= 2 && exact < N_GEN); /* else the cap would not show within N_GEN tokens */
+    greedy_plain(KVQ_CACHE_F16, ref);
+    greedy_spec_k(KVQ_CACHE_F16, 1, 40, got, &dr, &ac, &most);
+    print_message("exact rows %d: a step drafted %d at most (drafted %llu, accepted %llu)\n", exact, most,
+                  (unsigned long long)dr, (unsigned long long)ac);
+    assert_int_equal(most, exact - 1);
+    for (int i = 0; i < N_GEN; i++)
+        if (ref[i] != got[i]) fail_msg("token %d is %d, plain decode %d", i, got[i], ref[i]);
 }
 
 static void test_greedy_identity(void **state) {
@@ -225,6 +256,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_verify_rule),
         cmocka_unit_test(test_greedy_identity),
+        cmocka_unit_test(test_draft_max_capped),
         cmocka_unit_test(test_sync),
         cmocka_unit_test(test_vocab_mismatch),
     };

@@ -459,6 +459,7 @@ const kvq_backend kvq_backend_cpu = {
     .name = "cpu",
     .weights_in_place = 1,
     .parallel_upload = 1,
+    .exact_rows = KVQ_CPU_EXACT_ROWS,
     .init = cpu_init,
     .release = cpu_release,
     .describe = cpu_describe,

@@ -43,4 +43,9 @@ int kvq_cpu_set_amx(int on);
  * (INT_MAX: never, exact or no kernel). */
 int kvq_i8t_min_n(const kvq_cpu_weight *w);
 
+/* The rows the backend promises exact (KVQ_CPU_EXACT_ROWS) stay on the per-token paths. */
+_Static_assert(KVQ_CPU_EXACT_ROWS <= KVQ_GATHER_MAX_T && KVQ_CPU_EXACT_ROWS < KVQ_I8T_MIN_N_GATHER &&
+                   KVQ_CPU_EXACT_ROWS < KVQ_I8T_MIN_N && KVQ_CPU_EXACT_ROWS < KVQ_I8T_MIN_N_TABLES,
+               "a step of KVQ_CPU_EXACT_ROWS rows would leave the per-token matmul paths");
+
 #endif

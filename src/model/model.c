@@ -385,6 +385,12 @@ int kvq_model_gpu_layers(const kvq_model *m) {
     if (m->n_dev > 1) return m->hp.n_layer - m->gpu_from;
     return strcmp(m->be->name, "cpu") ? m->hp.n_layer : 0;
 }
+int kvq_model_exact_rows(const kvq_model *m) {
+    int r = m->dev[0].be->exact_rows;
+    for (int i = 1; i < m->n_dev; i++)
+        if (m->dev[i].be->exact_rows < r) r = m->dev[i].be->exact_rows;
+    return r > 1 ? r : 1; /* a backend that promises none still runs a decode (one row) as itself */
+}
 size_t kvq_model_step_bytes(const kvq_model *m) {
     size_t all = kvq_model_weight_bytes(m);
     if (!m->hp.n_expert) return all;

@@ -207,6 +207,7 @@ static void vkb_copy(kvq_bctx *b, const kvq_buf *src, size_t so, kvq_buf *dst, s
 const kvq_backend kvq_backend_vulkan = {
     .name = "vulkan",
     .weights_in_place = 0,
+    .exact_rows = VK_EXACT_ROWS,
     .init = vkb_init,
     .release = vkb_release,
     .describe = vkb_describe,

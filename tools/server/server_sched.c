@@ -518,12 +518,25 @@ static void publish_lp(slot *sl) {
     pthread_cond_broadcast(&r->cv);
 }
 
-/* A step makes up to two forwards: one kvq_eval_batch over the decode rows, and the prompt
- * chunk alone. Mixed into one, a step past 16 rows took the batched
- * kernels, which round differently from the per-token ones a decode row gets alone or beside a
- * few other decode rows: a greedy reply changed with the moment another request's prompt
- * happened to be read (docs/serving.md#determinism). Did entry j's forward fail? */
+/* A step makes the decode rows' forwards (eval_decode), then the prompt chunk's alone. Mixed
+ * into one, a step past 16 rows (kvq_model_exact_rows) took the batched kernels, which round
+ * differently from the per-token ones a decode row gets alone or beside a few other decode
+ * rows: a greedy reply changed with the moment another request's prompt happened to be read
+ * (docs/serving.md#determinism). Did entry j's forward fail? */
 static int eval_failed(const kvq_context *c, kvq_status st) { return c && st != KVQ_OK; }
+
+/* The decode entries in forwards of at most kvq_model_exact_rows rows (whole entries), so each row
+ * is a one-token decode's however many streams there are. The first failure fails them all. */
+static kvq_status eval_decode(srv_server *s, kvq_context *const *ctx, const int32_t *const *ids, const int *n, int count) {
+    const int most = kvq_model_exact_rows(s->m);
+    kvq_status st = KVQ_OK;
+    for (int a = 0, b; !st && a < count; a = b) {
+        int rows = n[a];
+        for (b = a + 1; b < count && rows + n[b] <= most; b++) rows += n[b];
+        st = kvq_eval_batch(ctx + a, ids + a, n + a, b - a);
+    }
+    return st;
+}
 
 /* One step: the decode rows of the decoding slots, and at most one prompt chunk.
  * Called without the lock; publishes the new text under it and returns holding it. */
@@ -581,7 +594,7 @@ static void step(srv_server *s) {
     int n_eval = 0;
     while (n_eval < count && ctx[n_eval]) n_eval++;
     double t0 = kvq_tool_now(), dt_pre = 0;
-    kvq_status st_dec = n_decode ? kvq_eval_batch(ctx, ids, n, n_decode) : KVQ_OK, st_pre = KVQ_OK;
+    kvq_status st_dec = n_decode ? eval_decode(s, ctx, ids, n, n_decode) : KVQ_OK, st_pre = KVQ_OK;
     double dt = kvq_tool_now() - t0;
     if (n_eval > n_decode) { /* the prompt chunk in a forward of its own: see eval_failed */
         st_pre = kvq_eval(ctx[n_decode], ids[n_decode], n[n_decode]);

@@ -12,12 +12,10 @@
 #include "common.h"
 #include "server_spec.h"
 
-/* Most drafts per slot and step: past this a rejection wastes more than it saves. */
+/* Most drafts per slot and step: past this a rejection wastes more than it saves. The decoding
+ * slots' rows and drafts together also stay within kvq_model_exact_rows, the rows a forward
+ * computes each as a one-token decode, so greedy replies stay the plain server's. */
 #define SPEC_MAX 16
-/* Rows of a step a GPU backend computes each as a one-token decode (src/vulkan: VK_EXACT_ROWS):
- * there the decoding slots' rows and drafts stay within it, so greedy replies stay the plain
- * server's (a step that also takes a prompt chunk goes the prompt path, drafted or not). */
-#define SPEC_GPU_ROWS 16
 
 struct srv_spec {
     kvq_model *dm;      /* --draft's model, or NULL (prompt lookup) */
@@ -27,7 +25,7 @@ struct srv_spec {
     int32_t *rows;      /* per slot: [pending, drafts...] of this step, SPEC_MAX + 1 each */
     int *n_rows;
     float *dist;        /* the target's distribution of a row (sampling) */
-    int lookup_n, k, n_vocab, n_ctx, gpu;
+    int lookup_n, k, n_vocab, n_ctx, exact; /* exact: kvq_model_exact_rows */
     float min_p;
     unsigned long drafted, accepted; /* since the last srv_spec_commit */
 };
@@ -37,7 +35,7 @@ int srv_spec_start(srv_server *s, const srv_opts *o) {
     srv_spec *p = calloc(1, sizeof *p);
     if (!p) return kvq_tool_die(SRV_PROG, "out of memory");
     s->spec = p;
-    p->gpu = kvq_model_gpu_layers(s->m) > 0;
+    p->exact = kvq_model_exact_rows(s->m);
     p->lookup_n = o->lookup_n > 0 ? (int)o->lookup_n : 3;
     p->k = o->draft_max > 0 ? (int)o->draft_max : (o->draft_dir ? 8 : 6);
     if (p->k > SPEC_MAX) p->k = SPEC_MAX;
@@ -158,11 +156,9 @@ static void draft_model(srv_server *s, const int *who, const int *want, int na) 
 void srv_spec_draft_all(srv_server *s, int budget) {
     srv_spec *p = s->spec;
     int who[s->n_slots], want[s->n_slots], na = 0;
-    if (p->gpu) { /* every decoding slot's rows within the GPU's exact batch */
-        int nd = 0;
-        for (int i = 0; i < s->n_slots; i++) nd += s->slots[i].r && s->slots[i].has_pending;
-        if (nd && SPEC_GPU_ROWS / nd - 1 < budget) budget = SPEC_GPU_ROWS / nd - 1;
-    }
+    int nd = 0; /* every decoding slot's rows within the exact rows: none drafts past exact slots */
+    for (int i = 0; i < s->n_slots; i++) nd += s->slots[i].r && s->slots[i].has_pending;
+    if (nd && p->exact / nd - 1 < budget) budget = p->exact / nd - 1;
     for (int i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (!sl->r || !sl->has_pending) continue;
