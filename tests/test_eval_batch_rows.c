@@ -127,6 +127,49 @@ static void test_rows_q4(void **state) {
     rows_match(KVQ_CACHE_Q4, "q4");
 }
 
+/* On the CPU with 2 threads, past the position where attention splits a row's positions among
+ * threads (the demo's 2 KV heads leave threads idle): a step of exact_rows rows at positions
+ * 700.. against the same tokens one at a time. Before the fixed split points (cpu_kv.c's
+ * exact_split) a decode and a batch cut the positions differently and every row differed. */
+static void test_rows_long_cpu(void **state) {
+    (void)state;
+    if (g_backend && strcmp(g_backend, "cpu")) skip();
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = "cpu";
+    mp.n_threads = 2;
+    kvq_model *m;
+    if (kvq_model_load(KVQ_SOURCE_DIR "/models/demo", &mp, &m) != KVQ_OK) fail_msg("load: %s", kvq_last_error());
+    const int nv = kvq_model_n_vocab(m), np = 700, n_rows = kvq_model_exact_rows(m);
+    int32_t prompt[700], rows[32];
+    assert_in_range(n_rows, 2, 32);
+    for (int i = 0; i < np; i++) prompt[i] = i ? (int32_t)((i * 7919 + 13) % nv) : 1;
+    for (int i = 0; i < n_rows; i++) rows[i] = (int32_t)((i * 104729 + 7) % nv);
+    static const kvq_cache_type types[] = {KVQ_CACHE_F16, KVQ_CACHE_Q4};
+    for (int k = 0; k < 2; k++) {
+        kvq_context_params cp = kvq_context_default_params();
+        cp.n_ctx = 1024;
+        cp.n_batch = 256;
+        cp.type_k = cp.type_v = types[k];
+        kvq_context *a, *ref;
+        if (kvq_context_new(m, &cp, &a) != KVQ_OK || kvq_context_new(m, &cp, &ref) != KVQ_OK)
+            fail_msg("context: %s", kvq_last_error());
+        assert_int_equal(kvq_eval(a, prompt, np), KVQ_OK);
+        assert_int_equal(kvq_eval(ref, prompt, np), KVQ_OK);
+        assert_int_equal(kvq_logits_all_set(a, 1), KVQ_OK);
+        assert_int_equal(kvq_eval(a, rows, n_rows), KVQ_OK);
+        int differ = 0;
+        for (int i = 0; i < n_rows; i++) {
+            assert_int_equal(kvq_eval(ref, rows + i, 1), KVQ_OK);
+            differ += rows_differ(kvq_logits_row(a, i), kvq_logits(ref), nv);
+        }
+        print_message("cpu -t 2 %s cache, positions %d..%d: %d of %d rows differ from one at a time\n",
+                      kvq_cache_type_name(types[k]), np, np + n_rows - 1, differ, n_rows);
+        assert_int_equal(differ, 0);
+        kvq_context_free(a), kvq_context_free(ref);
+    }
+    kvq_model_free(m);
+}
+
 /* The query is the fewest over the model's backends: never more than a CPU-only model's, the
  * same when this model is on the CPU alone (the batch above has that many rows). */
 static void test_exact_rows(void **state) {
@@ -151,6 +194,7 @@ int main(void) {
         cmocka_unit_test(test_rows_q8),
         cmocka_unit_test(test_rows_q4),
         cmocka_unit_test(test_exact_rows),
+        cmocka_unit_test(test_rows_long_cpu),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -47,8 +47,8 @@ void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, in
 /* A forward of up to this many token rows gives each row the bits it gets alone (same threads):
  * the matmuls' per-token paths (cpu_matmul.c: LUT and dense GEMV below 17 rows, codeword gathers
  * KVQ_GATHER_MAX_T at once; tiles from KVQ_I8T_MIN_N_GATHER; asserted in cpu_matmul.h), and
- * attention while it splits no row's positions (cpu_kv.c: split-K, from 512 positions with
- * n_head_kv < 2 x threads, cuts a decode's and a batch's rows differently). The table's exact_rows. */
+ * attention (cpu_kv.c: such a call splits positions at fixed places, as a decode does). The
+ * table's exact_rows. */
 #define KVQ_CPU_EXACT_ROWS 16
 /* One row of W as f32 (embedding lookup, norm vectors). */
 void kvq_cpu_weight_row(const kvq_cpu_weight *w, int row, float *out);

@@ -8,8 +8,12 @@
  * kernels (attn/attn_kernels.h) for q·k, exp and V accumulation. When there are
  * too few (head, tile) items to keep every thread busy — long contexts with
  * few KV heads — the positions are split into chunks (split-K) whose partial
- * (m, l, acc) are merged afterwards. Rotation: q is rotated once per item
- * when K is stored rotated, the output un-rotated once when V is. */
+ * (m, l, acc) are merged afterwards. A call of up to KVQ_CPU_EXACT_ROWS queries
+ * cuts its chunks at fixed absolute positions, as a one-token decode does, so
+ * each row gets the bits of its own decode (speculative verification and the
+ * server's batched decode rely on it); longer prompts cut their range evenly.
+ * Rotation: q is rotated once per item when K is stored rotated, the output
+ * un-rotated once when V is. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +61,7 @@ typedef struct {
     const float *q;
     float *out;
     int pos0, n, n_rep, qt, n_tiles, n_split, rows_max;
+    int chunk, chunk0; /* chunk > 0: split-K chunk c is [(chunk0 + c) * chunk, +chunk) (exact_split) */
     size_t kb, vb, prep_bytes;
     float *part; /* n_split > 1: per item, rows_max × (m, l, acc[hd]) */
 } plan;
@@ -78,6 +83,22 @@ static int split_point(int lo, int len, int c, int n_split) {
     if (c == n_split) return lo + len;
     const int x = (lo + (int)((long long)len * c / n_split)) / KVQ_ATTN_BP * KVQ_ATTN_BP;
     return x > lo ? x : lo;
+}
+
+/* Steps of up to KVQ_CPU_EXACT_ROWS rows (decode is one): split-K, when the
+ * KV heads alone leave threads idle, into chunks of positions fixed by the
+ * context's size, not by the call: a decode and a batch then cut a row's
+ * positions at the same places and merge the same partials in the same
+ * order (a chunk a row does not see merges as an exact no-op). At most 16
+ * chunks over a full context keep the partials small. */
+static void exact_split(plan *p, int nt) {
+    const kvq_cpu_attn_args *A = p->args;
+    if (nt <= 1 || A->a.n_head_kv >= 2 * nt) return;
+    int c = (A->n_ctx + 15) / 16;
+    c = (c + KVQ_ATTN_BP - 1) / KVQ_ATTN_BP * KVQ_ATTN_BP;
+    p->chunk = c > 2 * MIN_SPLIT ? c : 2 * MIN_SPLIT;
+    p->chunk0 = first_visible(p, 0) / p->chunk; /* the earliest position any row sees */
+    p->n_split = (p->pos0 + p->n - 1) / p->chunk - p->chunk0 + 1;
 }
 
 static float *out_row(const plan *p, int g, int i, int j) {
@@ -252,7 +273,9 @@ int kvq_cpu_attention(const kvq_cpu_attn_args *args, const float *q, float *out,
     const int groups = a->n_head_kv * p.n_tiles;
     const int longest = pos0 + n - first_visible(&p, n - 1 - (n - 1) % p.qt);
     p.n_split = 1;
-    if (nt > 1 && groups < 2 * nt) {
+    if (n <= KVQ_CPU_EXACT_ROWS) {
+        exact_split(&p, nt);
+    } else if (nt > 1 && groups < 2 * nt) {
         int want = (2 * nt + groups - 1) / groups, cap = longest / MIN_SPLIT;
         p.n_split = want < cap ? want : cap;
         if (p.n_split < 1) p.n_split = 1;
@@ -278,7 +301,12 @@ int kvq_cpu_attention(const kvq_cpu_attn_args *args, const float *q, float *out,
             /* Positions the tile's rows see: [first of its first query, last query]. */
             const int i0 = t * p.qt, i1 = (i0 + p.qt < n ? i0 + p.qt : n) - 1;
             const int lo = first_visible(&p, i0), len = pos0 + i1 + 1 - lo;
-            const int c0 = split_point(lo, len, c, p.n_split), c1 = split_point(lo, len, c + 1, p.n_split);
+            int c0 = split_point(lo, len, c, p.n_split), c1 = split_point(lo, len, c + 1, p.n_split);
+            if (p.chunk) { /* fixed chunks, cut to the tile's range (possibly to nothing) */
+                c0 = (p.chunk0 + c) * p.chunk, c1 = c0 + p.chunk;
+                c0 = c0 > lo ? c0 : lo, c1 = c1 < lo + len ? c1 : lo + len;
+                c1 = c1 > c0 ? c1 : c0;
+            }
             run_item(&p, &sc, g, t, c0, c1, p.part ? p.part + (size_t)it * part_stride : NULL);
         }
         scratch_free(&sc); /* frees whatever scratch_init got */
