@@ -102,13 +102,15 @@ typedef struct {
     int aqlm_lut8;       /* CPU with AVX-512 VBMI only, opt-in and lossy: 8-bit-code (2x8) AQLM
                             matmuls look up int8 tables instead of int16 ones: faster prompts,
                             ~1% RMS change of each matmul's outputs (README) */
-    int aqlm_i8;         /* CPU only, on by default (1), lossy: one-codebook AQLM with 9..16-bit
+    int aqlm_i8;         /* CPU only; 1 (the default): auto, on where the CPU class decodes faster
+                            with it (AVX-512 VNNI; the load line says what was picked), 2: on, 0:
+                            off. Lossy: one-codebook AQLM with 9..16-bit
                             codes (1x16, 1x16gN) keeps int8 codewords (64 power-of-two scale
                             classes) and multiplies steps of up to 16 tokens with 12-bit-quantized
                             activations (integer dot products; prompts past 16 tokens take the int8
                             tiles on the same codewords): steps of 2-16 tokens cost little more
                             than one; ~1% RMS change of the matmuls' outputs (docs/performance.md).
-                            0: the fp16 codebook and exact codeword gathers. Off with exact or
+                            Off: the fp16 codebook and exact codeword gathers. Off with exact or
                             with aqlm_cb8 (which asks for that codebook form instead) */
     int exact;           /* CPU: 1 = prompts (batches of tokens) through the exact AQLM paths too.
                             0 (default): AQLM prompts take int8 tiles / int8 tables, whose

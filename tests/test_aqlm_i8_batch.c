@@ -64,6 +64,9 @@ static int kernels_here(kern *k) {
     if (kvq_cpu_isa_available(KVQ_ISA_AVX2)) k[n++] = (kern){"avx2", kvq_aqlm_i8_gemv_avx2, KVQ_GEMV_MAX_T};
     if (kvq_cpu_isa_available(KVQ_ISA_AVX512) && kvq_cpu_has_vnni())
         k[n++] = (kern){"vnni", kvq_aqlm_i8_gemv_vnni, KVQ_I8_VNNI_MAX_T};
+#if defined(KVQ_HAVE_AVXVNNI)
+    if (kvq_cpu_has_avxvnni()) k[n++] = (kern){"avxvnni", kvq_aqlm_i8_gemv_avxvnni, KVQ_GEMV_MAX_T};
+#endif
 #endif
 #if defined(__aarch64__)
     if (kvq_cpu_isa_available(KVQ_ISA_NEON))
@@ -128,6 +131,15 @@ static void check_kernels(const wmade *w, const char *what) {
                 if (!(sqrt(num) <= 1e-5 * sqrt(den)))
                     fail_msg("%s kernel=%s n=%d from token %d: rel L2 to the spec %.3g", what, ks[i].name, n, t0,
                              sqrt(num / den));
+                /* AVX-VNNI's vpdpwssd forms the AVX2 kernel's int32 sums: the same bits */
+                if (!strcmp(ks[i].name, "avxvnni")) {
+                    float *y2 = malloc(sizeof(float) * (size_t)n * rows);
+                    assert_non_null(y2);
+                    kvq_aqlm_i8_gemv_avx2(cw, &at, n, y2, (size_t)rows, 0, rows);
+                    if (memcmp(y, y2, sizeof(float) * (size_t)n * rows))
+                        fail_msg("%s n=%d: the avxvnni kernel's outputs differ from avx2's", what, n);
+                    free(y2);
+                }
             }
     kvq_free_aligned(buf);
     free(x), free(y), free(ys);

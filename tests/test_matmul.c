@@ -62,6 +62,7 @@ static int path_get(int i, path *p) {
                 kvq_cpu_set_vbmi(p->vbmi);
                 kvq_cpu_set_amx(p->amx);
                 kvq_cpu_set_avx2_lut(p->loads ? 2 : 1);
+                kvq_cpu_set_avxvnni(!p->loads); /* the AVX2 int8 kernels with AVX-VNNI (where the CPU has it) and without */
                 return 1;
             }
     }
@@ -74,12 +75,13 @@ static void path_reset(kvq_isa saved) {
     kvq_cpu_set_vbmi(2);
     kvq_cpu_set_amx(1);
     kvq_cpu_set_avx2_lut(0);
+    kvq_cpu_set_avxvnni(1);
 }
 
 static const char *path_name(const path *p) {
     static const char *names[2][3] = {{"avx512", "avx512+vbmi-f32", "avx512+vbmi-i16"},
                                       {"avx512+amx", "avx512+vbmi-f32+amx", "avx512+vbmi-i16+amx"}};
-    if (p->isa == KVQ_ISA_AVX2) return p->loads ? "avx2-loads" : "avx2-gathers";
+    if (p->isa == KVQ_ISA_AVX2) return p->loads ? "avx2-loads" : kvq_cpu_has_avxvnni() ? "avx2-gathers+avxvnni" : "avx2-gathers";
     return p->isa == KVQ_ISA_AVX512 ? names[p->amx][p->vbmi] : kvq_isa_name(p->isa);
 }
 
@@ -667,13 +669,17 @@ static void check_i8t(wdesc *w, const char *what) {
     assert_non_null(cw);
     /* 1. kernels against the spec, same rows (scalar decode) */
     const kvq_i8t_kernel spec = {kvq_i8t_panel_scalar, kvq_i8t_qblock_scalar, 0};
-    const kvq_i8t_kernel *ks[3];
+    const kvq_i8t_kernel *ks[4];
     int nk = 0;
 #if defined(__x86_64__)
     static const kvq_i8t_kernel vnni = {kvq_i8t_panel_vnni, kvq_i8t_qblock_avx512, 1},
                                 avx2 = {kvq_i8t_panel_avx2, kvq_i8t_qblock_avx2, 0};
     if (kvq_cpu_isa_available(KVQ_ISA_AVX512) && kvq_cpu_has_vnni()) ks[nk++] = &vnni;
     if (kvq_cpu_isa_available(KVQ_ISA_AVX2)) ks[nk++] = &avx2;
+#if defined(KVQ_HAVE_AVXVNNI)
+    static const kvq_i8t_kernel avxvnni = {kvq_i8t_panel_avxvnni, kvq_i8t_qblock_avx2, 0};
+    if (kvq_cpu_has_avxvnni()) ks[nk++] = &avxvnni;
+#endif
 #endif
 #if defined(__aarch64__)
     static const kvq_i8t_kernel neon = {kvq_i8t_panel_neon, kvq_i8t_qblock_scalar, 0};

@@ -18,7 +18,7 @@ struct kvq_bctx {
     int exact;     /* kvq_backend_opts.exact, likewise */
     kvq_status err; /* first failure of an op since the last buf_read (ops cannot fail individually) */
     char err_msg[256]; /* its message, for buf_read to report */
-    char desc[128];
+    char desc[256];
 };
 
 /* Keeps the first failure of an op (and its one-line message) for the next buf_read. */
@@ -55,11 +55,16 @@ static kvq_status cpu_init(const kvq_backend_opts *o, kvq_bctx **out) {
     b->n_threads = o && o->n_threads > 0 ? o->n_threads : omp_get_num_procs();
     b->aqlm_cb8 = o && o->aqlm_cb8;
     b->aqlm_lut8 = o && o->aqlm_lut8;
-    b->aqlm_i8 = o && o->aqlm_i8 && !o->exact && !o->aqlm_cb8; /* exact means exact everywhere; cb8 is asked for */
+    /* aqlm_i8: 1 (auto) where this CPU class decodes faster with it, 2 always; exact means
+     * exact everywhere; cb8 is asked for */
+    int i8 = !o || o->exact || o->aqlm_cb8 ? 0 : o->aqlm_i8 >= 2 ? 2 : o->aqlm_i8 == 1 && kvq_cpu_i8_wins();
+    b->aqlm_i8 = i8 != 0;
     b->exact = o && o->exact;
-    snprintf(b->desc, sizeof b->desc, "cpu: %d threads, %s%s%s%s%s", b->n_threads, kvq_isa_name(kvq_cpu_isa()),
+    char kn[160];
+    kvq_cpu_kernel_names(kn, sizeof kn, b->aqlm_cb8 ? 0 : i8);
+    snprintf(b->desc, sizeof b->desc, "cpu: %d threads, %s; %s%s%s%s", b->n_threads, kvq_cpu_class_name(), kn,
              b->aqlm_cb8 ? ", int8 AQLM codebooks" : "", b->aqlm_lut8 ? ", int8 AQLM tables" : "",
-             b->aqlm_i8 ? ", int8 1x16 AQLM dot products" : "", b->exact ? ", exact prompts" : "");
+             b->exact ? ", exact prompts" : "");
     *out = b;
     return KVQ_OK;
 }

@@ -13,6 +13,9 @@
 #endif
 
 static int g_isa = -1;
+/* AVX-VNNI (VEX vpdpbusd / vpdpwssd on ymm) under the AVX2 kernels: -1 not
+ * probed yet, else 0/1 (KVQ_ISA=avx2 turns it off, avxvnni asks for it). */
+static int g_avxvnni = -1;
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -20,6 +23,12 @@ static int g_isa = -1;
 static int has_f16c(void) {
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+/* CPUID.(EAX=7, ECX=1):EAX bit 4; the AVX state the OS saves is already
+ * implied by the AVX2 check that gates every use. */
+static int cpu_avxvnni(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid_max(0, NULL) >= 7 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
 }
 #endif
 
@@ -71,11 +80,13 @@ static kvq_isa detect(void) {
     /* KVQ_ISA caps the choice (e.g. KVQ_ISA=avx2 on an AVX-512 machine). */
     const char *env = getenv("KVQ_ISA");
     if (env) {
-        for (int i = KVQ_ISA_SCALAR; i <= KVQ_ISA_NEON; i++)
-            if (strcmp(env, kvq_isa_name((kvq_isa)i)) == 0 && kvq_cpu_isa_available((kvq_isa)i)) {
-                best = (kvq_isa)i;
-                break;
-            }
+        kvq_isa want = KVQ_ISA_SCALAR;
+        int known = 0;
+        if (strcmp(env, "avxvnni") == 0) /* AVX2's kernels with AVX-VNNI (an Alder Lake-class laptop) */
+            want = KVQ_ISA_AVX2, known = 1;
+        for (int i = KVQ_ISA_SCALAR; i <= KVQ_ISA_NEON && !known; i++)
+            if (strcmp(env, kvq_isa_name((kvq_isa)i)) == 0) want = (kvq_isa)i, known = 1;
+        if (known && kvq_cpu_isa_available(want)) best = want;
     }
     return best;
 }
@@ -87,6 +98,44 @@ kvq_isa kvq_cpu_isa(void) {
         __atomic_store_n(&g_isa, v, __ATOMIC_RELEASE);
     }
     return (kvq_isa)v;
+}
+
+int kvq_cpu_has_avxvnni(void) {
+    int v = __atomic_load_n(&g_avxvnni, __ATOMIC_ACQUIRE);
+    if (v < 0) {
+#if defined(__x86_64__)
+        const char *env = getenv("KVQ_ISA");
+        /* KVQ_ISA=avx2 is the class without it (Zen 2/3, Intel before Alder Lake) */
+        v = kvq_cpu_isa_available(KVQ_ISA_AVX2) && cpu_avxvnni() && !(env && strcmp(env, "avx2") == 0);
+#else
+        v = 0;
+#endif
+        __atomic_store_n(&g_avxvnni, v, __ATOMIC_RELEASE);
+    }
+    return v && kvq_cpu_isa() != KVQ_ISA_SCALAR && kvq_cpu_isa() != KVQ_ISA_NEON;
+}
+
+int kvq_cpu_set_avxvnni(int on) {
+    int prev = kvq_cpu_has_avxvnni();
+#if defined(__x86_64__)
+    __atomic_store_n(&g_avxvnni, on && kvq_cpu_isa_available(KVQ_ISA_AVX2) && cpu_avxvnni(), __ATOMIC_RELEASE);
+#else
+    (void)on;
+#endif
+    return prev;
+}
+
+const char *kvq_cpu_class_name(void) {
+    switch (kvq_cpu_isa()) {
+#if defined(__x86_64__)
+    case KVQ_ISA_AVX2: return kvq_cpu_has_avxvnni() ? "avx2+avxvnni" : "avx2";
+    case KVQ_ISA_AVX512: return kvq_cpu_has_vnni() ? "avx512+vnni" : "avx512";
+#endif
+#if defined(__aarch64__)
+    case KVQ_ISA_NEON: return kvq_cpu_has_dotprod() ? "neon+dotprod" : "neon";
+#endif
+    default: return kvq_isa_name(kvq_cpu_isa());
+    }
 }
 
 kvq_isa kvq_cpu_set_isa(kvq_isa isa) {

@@ -13,7 +13,8 @@
 
 /* ---- cpu_features.c ---- */
 typedef enum { KVQ_ISA_SCALAR = 0, KVQ_ISA_AVX2, KVQ_ISA_AVX512, KVQ_ISA_NEON } kvq_isa;
-/* Best ISA this CPU supports, capped by env KVQ_ISA=scalar|avx2|avx512|neon (for tests/bench). */
+/* Best ISA this CPU supports, capped by env KVQ_ISA=scalar|avx2|avxvnni|avx512|neon (for tests
+ * and benchmarks: avx2 is the class without AVX-VNNI, avxvnni AVX2's kernels with it). */
 kvq_isa kvq_cpu_isa(void);
 const char *kvq_isa_name(kvq_isa isa);
 /* Forces an ISA (tests compare every path to the reference); returns the previous one. */
@@ -21,6 +22,14 @@ kvq_isa kvq_cpu_set_isa(kvq_isa isa);
 int kvq_cpu_isa_available(kvq_isa isa);
 /* 1 on AMD (and Hygon) x86 CPUs, whose vpgatherdd is microcoded (slow). */
 int kvq_cpu_slow_gathers(void);
+/* AVX-VNNI (VEX vpdpbusd / vpdpwssd on ymm) for the AVX2 int8 kernels: the CPU has it, the
+ * ISA in use is an x86 one and KVQ_ISA is not avx2. Its kernels give the AVX2 ones' bits. */
+int kvq_cpu_has_avxvnni(void);
+/* Turns it off (0) or back on where the CPU has it (tests); returns the previous state. */
+int kvq_cpu_set_avxvnni(int on);
+/* The class the kernels run as, for load lines and benchmarks: "avx2", "avx2+avxvnni",
+ * "avx512", "avx512+vnni", "neon+dotprod", "scalar", ... */
+const char *kvq_cpu_class_name(void);
 #if defined(__x86_64__)
 /* AVX-512 VNNI (vpdpbusd), for the int8 kernels. */
 int kvq_cpu_has_vnni(void);
@@ -44,6 +53,12 @@ int kvq_cpu_weight_rows(const kvq_cpu_weight *w);
 int kvq_cpu_weight_cols(const kvq_cpu_weight *w);
 /* y[n][rows] = x[n][cols] · Wᵀ (+ bias). */
 void kvq_cpu_matmul(const kvq_cpu_weight *w, const float *x, float *y, int n, int n_threads);
+/* 1 where 1x16 decode is faster on int8 codewords than on fp16 gathers on this CPU class
+ * (by ISA features: VNNI); what kvq_model_params.aqlm_i8 = 1 (auto, the default) follows. */
+int kvq_cpu_i8_wins(void);
+/* The matmul kernels a load gets, for its load line: the 8-bit-code table kind and how it is
+ * looked up, and 1x16's path with why (i8: 0 fp16 gathers, 1 int8 codewords by auto, 2 asked for). */
+void kvq_cpu_kernel_names(char *out, size_t n, int i8);
 /* A forward of up to this many token rows gives each row the bits it gets alone (same threads):
  * the matmuls' per-token paths (cpu_matmul.c: LUT and dense GEMV below 17 rows, codeword gathers
  * KVQ_GATHER_MAX_T at once; tiles from KVQ_I8T_MIN_N_GATHER; asserted in cpu_matmul.h), and

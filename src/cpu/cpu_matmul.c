@@ -21,6 +21,7 @@
  *  - everything else (batched): rows are widened/dequantized a tile at a time
  *    into a per-thread f32 buffer, and the tile is multiplied with all n tokens. */
 #include <limits.h>
+#include <stdio.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -270,6 +271,39 @@ static const kvq_mm_kernels *kernels(void) {
 #endif
     default: return &k_scalar;
     }
+}
+
+/* Does 1x16 decode run faster on int8 codewords than on the fp16 codebook's gathers with the
+ * kernels in use? Decided by ISA features, from kvq-bench isa (docs/performance.md, "CPU
+ * classes"): with AVX-512 VNNI the int8 dot products win (one 512-bit gather feeds 8 tokens);
+ * the ymm kernels widen each codeword to int16 and scale it by its class, more work per value
+ * than the fp16 gathers' convert + FMA, and lose with or without AVX-VNNI (a 7B decode at 0.48x
+ * on a Zen 3; GEMVs at 0.4-0.9x here). NEON and the scalar spec keep the int8 codewords (NEON
+ * not measured on hardware). */
+int kvq_cpu_i8_wins(void) {
+    switch (kvq_cpu_isa()) {
+#if defined(__x86_64__)
+    case KVQ_ISA_AVX512: return kvq_cpu_has_vnni();
+    case KVQ_ISA_AVX2: return 0;
+#endif
+    default: return 1;
+    }
+}
+
+void kvq_cpu_kernel_names(char *out, size_t n, int i8) {
+    const char *tables = "f32 tables";
+#if defined(__x86_64__)
+    int level = kvq_cpu_isa() == KVQ_ISA_AVX512 && kvq_cpu_has_vbmi() ? __atomic_load_n(&g_vbmi_on, __ATOMIC_ACQUIRE) : 0;
+    if (kvq_cpu_isa() == KVQ_ISA_AVX512)
+        tables = level == 2 ? "int16 tables (vpermb)" : level == 1 ? "f32 tables (vpermb)" : "f32 tables (gathers)";
+    else if (kvq_cpu_isa() == KVQ_ISA_AVX2)
+        tables = kvq_cpu_avx2_lut_loads() ? "f32 tables (loads: slow gathers on AMD)" : "f32 tables (gathers)";
+#elif defined(__aarch64__)
+    tables = "int16 tables (tbl)";
+#endif
+    const char *why = i8 == 2 ? "asked for" : i8 ? "AVX-512 VNNI" : "faster than int8 codewords without AVX-512 VNNI";
+    snprintf(out, n, "8-bit codes: %s; 1x16: %s (%s)", tables, i8 ? "int8 codewords" : "fp16 codeword gathers",
+             kvq_cpu_isa() == KVQ_ISA_SCALAR || kvq_cpu_isa() == KVQ_ISA_NEON ? (i8 == 2 ? "asked for" : i8 ? "default" : "off") : why);
 }
 
 /* ---- upload ---- */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "bench_common.h"
+#include "cpu/cpu_kernels.h"
 #include "common.h"
 #include "kvq.h"
 
@@ -37,8 +38,8 @@ static int usage(FILE *f) {
                "  --backend auto|cpu|vulkan, --device N|NAME (GPU), -ngl N|auto (the last N layers on the GPU)\n"
                "  --aqlm-cb8  CPU: 1x16 AQLM codebooks as int8 (opt-in, lossy; see README)\n"
                "  --aqlm-lut8 CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (opt-in, lossy; see README)\n"
-               "  --no-aqlm-i8  CPU: 1x16 AQLM through the fp16 codebook and exact gathers (default: int8 codewords and\n"
-               "              integer dot products, lossy; docs/performance.md); a --synthetic 1x16 run decodes with the\n"
+               "  --no-aqlm-i8 / --aqlm-i8  CPU: 1x16 AQLM through the fp16 codebook and exact gathers, or int8 codewords\n"
+               "              and integer dot products (lossy; the default with VNNI); a --synthetic 1x16 run decodes with the\n"
                "              other of the two on a second load (tg_i8_tps, tg_gather_tps, tg_i8_speedup = i8 / gather)\n"
                "  --exact    AQLM prompts through the exact paths too (CPU, Vulkan); without it a --synthetic CPU run times\n"
                "              the prompt with them on a second load (pp_exact_tps, pp_speedup)\n"
@@ -171,7 +172,7 @@ int kvq_bench_model(int argc, char **argv) {
             continue;
         }
         if (!strcmp(a, "--aqlm-i8") || !strcmp(a, "--no-aqlm-i8")) {
-            i8 = a[2] == 'a';
+            i8 = a[2] == 'a' ? 2 : 0;
             continue;
         }
         if (!strcmp(a, "--exact")) {
@@ -234,9 +235,11 @@ int kvq_bench_model(int argc, char **argv) {
     /* 1x16 synthetic: decode with the other of aqlm_i8 / the exact gathers too, for tg_i8_speedup */
     double tg_side = -1, pp_side = 0, pp_exact = -1;
     int i8_side = synth && on_cpu && !exact && !cb8 && !strncmp(scheme, "1x16", 4);
+    /* what this load runs: auto (1) follows the CPU class */
+    if (i8 == 1) i8 = kvq_cpu_i8_wins() ? 2 : 0;
     if (i8_side) {
         kvq_model_params m8 = mp;
-        m8.aqlm_i8 = !i8;
+        m8.aqlm_i8 = i8 ? 0 : 2;
         tg_side = side_run(i8 ? "exact gathers (--no-aqlm-i8)" : "aqlm_i8", dir, &m8, pp, tg, reps, tk, tv, &pp_side);
     }
     /* AQLM prompts: the exact paths too, for pp_exact_tps (the default's error: per-output bound in

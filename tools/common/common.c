@@ -114,7 +114,7 @@ int kvq_tool_model_flag(const char *prog, const kvq_tool_model_flags *f, int arg
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (FLAG_IS("--aqlm-cb8", "--aqlm-cb8")) return *f->aqlm_cb8 = 1;
     if (FLAG_IS("--aqlm-lut8", "--aqlm-lut8")) return *f->aqlm_lut8 = 1;
-    if (FLAG_IS("--aqlm-i8", "--aqlm-i8")) return *f->aqlm_i8 = 1;
+    if (FLAG_IS("--aqlm-i8", "--aqlm-i8")) return (*f->aqlm_i8 = 2) - 1; /* 2: on whatever the CPU class */
     if (FLAG_IS("--no-aqlm-i8", "--no-aqlm-i8")) return (*f->aqlm_i8 = 0) + 1;
     if (FLAG_IS("--exact", "--exact")) return *f->exact = 1;
     if (FLAG_IS("--kv-rotate", "--kv-rotate")) return (*f->kv_rotate = 1);

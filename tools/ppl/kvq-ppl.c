@@ -35,8 +35,9 @@ static void usage(FILE *f) {
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
             "  --aqlm-cb8            CPU: keep 1x16 AQLM codebooks as int8 (faster decode, ~1%% weight change)\n"
             "  --aqlm-lut8           CPU with AVX-512 VBMI: 2x8 AQLM through int8 tables (faster prompts, ~1%% matmul change)\n"
-            "  --no-aqlm-i8          CPU: 1x16 AQLM through its fp16 codebook, exact gathers (default, --aqlm-i8: int8\n"
-            "                        codewords and integer dot products, ~1%% matmul change; off with --exact)\n"
+            "  --no-aqlm-i8          CPU: 1x16 AQLM through its fp16 codebook, exact gathers (the default without VNNI)\n"
+            "  --aqlm-i8             CPU: 1x16 through int8 codewords and integer dot products, ~1%% matmul change (the\n"
+            "                        default with AVX-512 VNNI or AVX-VNNI, where it decodes faster; off with --exact)\n"
             "  --exact               CPU and Vulkan: prompts through the exact AQLM paths too (default: int8 tiles, README)\n"
             "  -h, --help            this help\n"
             "  --version             print the version\n"
@@ -149,7 +150,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-kv-rotate")) rot = 0;
         else if (!strcmp(a, "--aqlm-cb8")) cb8 = 1;
         else if (!strcmp(a, "--aqlm-lut8")) lut8 = 1;
-        else if (!strcmp(a, "--aqlm-i8")) i8 = 1;
+        else if (!strcmp(a, "--aqlm-i8")) i8 = 2;
         else if (!strcmp(a, "--no-aqlm-i8")) i8 = 0;
         else if (!strcmp(a, "--exact")) exact = 1;
         else if (!strcmp(a, "--kl-exact")) kl_exact = 1;

@@ -173,8 +173,9 @@ static void add_bias(const kvq_cpu_weight *w, float *y, int r0, int r1) {
 /* The int8-codeword kernel (weights with cbq) for the current ISA and the
  * most tokens it takes per pass over a row's codewords: VNNI on AVX-512 CPUs
  * that have it (8: one gather serves a whole 2-8 token step; its 16
- * accumulators and the constants fit the 32 registers), else AVX2's
- * (vpmaddwd, plain loads); smlal on NEON; the scalar spec otherwise. */
+ * accumulators and the constants fit the 32 registers), else the ymm ones
+ * (vpdpwssd with AVX-VNNI, else vpmaddwd; plain loads); smlal on NEON; the
+ * scalar spec otherwise. */
 typedef struct {
     kvq_i8_gemv_fn fn;
     int max_t;
@@ -183,9 +184,14 @@ static i8_kern i8_kernel(void) {
     switch (kvq_cpu_isa()) {
 #if defined(__x86_64__)
     case KVQ_ISA_AVX512:
-        return kvq_cpu_has_vnni() ? (i8_kern){kvq_aqlm_i8_gemv_vnni, KVQ_I8_VNNI_MAX_T}
-                                  : (i8_kern){kvq_aqlm_i8_gemv_avx2, KVQ_GEMV_MAX_T};
-    case KVQ_ISA_AVX2: return (i8_kern){kvq_aqlm_i8_gemv_avx2, KVQ_GEMV_MAX_T};
+        if (kvq_cpu_has_vnni()) return (i8_kern){kvq_aqlm_i8_gemv_vnni, KVQ_I8_VNNI_MAX_T};
+        /* AVX-512 without VNNI runs the ymm kernels */
+        __attribute__((fallthrough));
+    case KVQ_ISA_AVX2:
+#if defined(KVQ_HAVE_AVXVNNI)
+        if (kvq_cpu_has_avxvnni()) return (i8_kern){kvq_aqlm_i8_gemv_avxvnni, KVQ_GEMV_MAX_T};
+#endif
+        return (i8_kern){kvq_aqlm_i8_gemv_avx2, KVQ_GEMV_MAX_T};
 #endif
 #if defined(__aarch64__)
     case KVQ_ISA_NEON:

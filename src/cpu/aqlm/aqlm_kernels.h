@@ -121,6 +121,9 @@ void kvq_aqlm_i8_gemv_scalar(const kvq_cpu_weight *w, const kvq_i8_act *a, int n
 #if defined(__x86_64__)
 void kvq_aqlm_i8_gemv_avx2(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0, int r1);
 void kvq_aqlm_i8_gemv_vnni(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0, int r1);
+#if defined(KVQ_HAVE_AVXVNNI)
+void kvq_aqlm_i8_gemv_avxvnni(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0, int r1);
+#endif
 #endif
 #if defined(__aarch64__)
 void kvq_aqlm_i8_gemv_neon(const kvq_cpu_weight *w, const kvq_i8_act *a, int n, float *y, size_t ldy, int r0, int r1);

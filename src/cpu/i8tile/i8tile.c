@@ -98,6 +98,10 @@ const kvq_i8t_kernel *kvq_i8t_kernel_for_cpu(void) {
     static const kvq_i8t_kernel vnni = {kvq_i8t_panel_vnni, kvq_i8t_qblock_avx512, 1},
                                 avx512 = {kvq_i8t_panel_avx2, kvq_i8t_qblock_avx512, 0},
                                 avx2 = {kvq_i8t_panel_avx2, kvq_i8t_qblock_avx2, 0};
+#if defined(KVQ_HAVE_AVXVNNI)
+    static const kvq_i8t_kernel avxvnni = {kvq_i8t_panel_avxvnni, kvq_i8t_qblock_avx2, 0};
+    if (kvq_cpu_isa() == KVQ_ISA_AVX2 && kvq_cpu_has_avxvnni()) return &avxvnni;
+#endif
     switch (kvq_cpu_isa()) {
     case KVQ_ISA_AVX512: return kvq_cpu_has_vnni() ? &vnni : &avx512;
     case KVQ_ISA_AVX2: return &avx2;

@@ -53,6 +53,10 @@ float kvq_i8t_qblock_avx512(const float *v, int n, int8_t *q, int32_t *sum);
 float kvq_i8t_qblock_avx2(const float *v, int n, int8_t *q, int32_t *sum);
 void kvq_i8t_panel_avx2(const int8_t *wp, const float *sw, const int32_t *wsum, int b0, int b1, const int8_t *xq,
                         size_t kp, const float *sa, size_t nb, int nt, float *yt);
+#if defined(KVQ_HAVE_AVXVNNI)
+void kvq_i8t_panel_avxvnni(const int8_t *wp, const float *sw, const int32_t *wsum, int b0, int b1, const int8_t *xq,
+                        size_t kp, const float *sa, size_t nb, int nt, float *yt);
+#endif
 #endif
 #if defined(__aarch64__)
 void kvq_i8t_panel_neon(const int8_t *wp, const float *sw, const int32_t *wsum, int b0, int b1, const int8_t *xq,
