@@ -752,6 +752,41 @@ static void test_i8tile(void **state) {
     wdesc_free(&w);
 }
 
+/* The AVX2 table lookups by gathers and by plain loads give the same bits (the dispatcher times
+ * the two and keeps the faster): random f32 tables and starting sums, chunks of steps of every
+ * length mod 4 from even starts, row ranges of whole 64-row blocks. */
+static void test_avx2_lut_same_bits(void **state) {
+    (void)state;
+#if defined(__x86_64__)
+    if (!kvq_cpu_isa_available(KVQ_ISA_AVX2)) skip();
+    wdesc w;
+    make_aqlm(&w, 200, 61 * 8, 2, 8, 8, 1, 0); /* rows_pad 256, 122 steps */
+    kvq_cpu_weight *cw = kvq_cpu_weight_new(&w.d);
+    assert_non_null(cw);
+    int steps = cw->G * cw->M, pad = cw->rows_pad;
+    float *lut = kvq_alloc_aligned(sizeof(float) * 256 * (size_t)steps);
+    float *a = kvq_alloc_aligned(sizeof(float) * (size_t)pad), *b = kvq_alloc_aligned(sizeof(float) * (size_t)pad);
+    assert_true(lut && a && b);
+    tu_rand_fill(lut, 256 * (size_t)steps, &rng);
+    static const int ranges[][4] = {{0, 122, 0, 256}, {0, 1, 0, 64}, {2, 5, 64, 256}, {4, 11, 0, 128},
+                                    {10, 23, 192, 256}, {16, 32, 0, 256}, {100, 122, 64, 192}};
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++) {
+        int s0 = ranges[i][0], s1 = ranges[i][1], r0 = ranges[i][2], r1 = ranges[i][3];
+        tu_rand_fill(a, (size_t)pad, &rng);
+        memcpy(b, a, sizeof(float) * (size_t)pad);
+        kvq_aqlm_lut_gemv_avx2(cw, lut + (size_t)s0 * 256, s0, s1, a, r0, r1);
+        kvq_aqlm_lut_gemv_rows(cw, lut + (size_t)s0 * 256, s0, s1, b, r0, r1);
+        if (memcmp(a, b, sizeof(float) * (size_t)(r1 - r0)))
+            fail_msg("steps [%d, %d) rows [%d, %d): gathers and loads differ", s0, s1, r0, r1);
+    }
+    kvq_free_aligned(lut), kvq_free_aligned(a), kvq_free_aligned(b);
+    kvq_cpu_weight_free(cw);
+    wdesc_free(&w);
+#else
+    skip();
+#endif
+}
+
 static void expect_reject(kvq_weight_desc d, const char *why) {
     d.name = "model.layers.7.mlp.odd_proj";
     kvq_cpu_weight *cw = kvq_cpu_weight_new(&d);
@@ -796,7 +831,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ref_tiny_aqlm), cmocka_unit_test(test_dense),      cmocka_unit_test(test_aqlm_shapes),
         cmocka_unit_test(test_threaded),      cmocka_unit_test(test_cb8),     cmocka_unit_test(test_lut8),     cmocka_unit_test(test_i8),
-        cmocka_unit_test(test_i8tile),
+        cmocka_unit_test(test_i8tile),        cmocka_unit_test(test_avx2_lut_same_bits),
         cmocka_unit_test(test_unsupported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

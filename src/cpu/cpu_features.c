@@ -52,16 +52,6 @@ int kvq_cpu_isa_available(kvq_isa isa) {
     }
 }
 
-int kvq_cpu_slow_gathers(void) {
-#if defined(__x86_64__)
-    unsigned a, b, c, d;
-    /* vendor string in ebx, edx, ecx: "AuthenticAMD", or Hygon's Zen-based "HygonGenuine" */
-    return __get_cpuid(0, &a, &b, &c, &d) && ((b == 0x68747541u && d == 0x69746e65u) || b == 0x6f677948u);
-#else
-    return 0;
-#endif
-}
-
 const char *kvq_isa_name(kvq_isa isa) {
     switch (isa) {
     case KVQ_ISA_SCALAR: return "scalar";

@@ -20,8 +20,6 @@ const char *kvq_isa_name(kvq_isa isa);
 /* Forces an ISA (tests compare every path to the reference); returns the previous one. */
 kvq_isa kvq_cpu_set_isa(kvq_isa isa);
 int kvq_cpu_isa_available(kvq_isa isa);
-/* 1 on AMD (and Hygon) x86 CPUs, whose vpgatherdd is microcoded (slow). */
-int kvq_cpu_slow_gathers(void);
 /* AVX-VNNI (VEX vpdpbusd / vpdpwssd on ymm) for the AVX2 int8 kernels: the CPU has it, the
  * ISA in use is an x86 one and KVQ_ISA is not avx2. Its kernels give the AVX2 ones' bits. */
 int kvq_cpu_has_avxvnni(void);

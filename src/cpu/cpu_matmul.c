@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu/cpu_matmul.h"
 #include "util.h"
@@ -240,7 +241,48 @@ int kvq_cpu_set_vbmi(int level) {
     return __atomic_exchange_n(&g_vbmi_on, level < 0 ? 0 : level > 2 ? 2 : level, __ATOMIC_ACQ_REL);
 }
 
-static int g_avx2_lut = 0, g_slow_gathers = -1;
+static int g_avx2_lut = 0, g_loads_faster = -1;
+
+#if defined(__x86_64__)
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Which AVX2 lookup kernel is faster on this core: the two give the same bits
+ * (kvq_aqlm_lut_gemv_rows), so a short timing picks one and no output depends
+ * on the noise. Gathers are fast on Intel cores without the Gather Data
+ * Sampling fix and on Zen 4/5, slow (microcoded) on Zen 1-3 and on Intel
+ * cores with the fix, so no vendor rule fits. 16 steps of 4096 rows (64 KB of
+ * codes, 16 KB of tables, as one decode chunk), each kernel 5 times in turn,
+ * best of each: about 1 ms, once per process. Without memory: gathers. */
+static int probe_loads_faster(void) {
+    enum { ROWS = 4096, STEPS = 16, REPS = 5 };
+    uint8_t *codes = kvq_alloc_aligned((size_t)ROWS * STEPS);
+    float *lut = kvq_alloc_aligned(sizeof(float) * 256 * STEPS), *acc = kvq_alloc_aligned(sizeof(float) * ROWS);
+    int loads = 0;
+    if (codes && lut && acc) {
+        kvq_cpu_weight w = {.kind = KVQ_CW_AQLM_LUT, .rows = ROWS, .rows_pad = ROWS, .M = 2, .G = STEPS / 2,
+                            .nbits = 8, .codes = codes};
+        uint32_t r = 0x2545f491u;
+        for (size_t i = 0; i < (size_t)ROWS * STEPS; i++) codes[i] = (uint8_t)((r = r * 1664525u + 1013904223u) >> 24);
+        for (int i = 0; i < 256 * STEPS; i++) lut[i] = (float)(i % 97) * 0.01f;
+        memset(acc, 0, sizeof(float) * ROWS);
+        double best[2] = {1e9, 1e9};
+        for (int rep = 0; rep < REPS; rep++)
+            for (int k = 0; k < 2; k++) {
+                double t0 = now_s();
+                (k ? kvq_aqlm_lut_gemv_rows : kvq_aqlm_lut_gemv_avx2)(&w, lut, 0, STEPS, acc, 0, ROWS);
+                double dt = now_s() - t0;
+                if (dt < best[k]) best[k] = dt;
+            }
+        loads = best[1] < best[0];
+    }
+    kvq_free_aligned(codes), kvq_free_aligned(lut), kvq_free_aligned(acc);
+    return loads;
+}
+#endif
 
 int kvq_cpu_set_avx2_lut(int mode) {
     return __atomic_exchange_n(&g_avx2_lut, mode < 0 || mode > 2 ? 0 : mode, __ATOMIC_ACQ_REL);
@@ -249,12 +291,16 @@ int kvq_cpu_set_avx2_lut(int mode) {
 int kvq_cpu_avx2_lut_loads(void) {
     int mode = __atomic_load_n(&g_avx2_lut, __ATOMIC_ACQUIRE);
     if (mode) return mode == 2;
-    int slow = __atomic_load_n(&g_slow_gathers, __ATOMIC_ACQUIRE);
-    if (slow < 0) {
-        slow = kvq_cpu_slow_gathers();
-        __atomic_store_n(&g_slow_gathers, slow, __ATOMIC_RELEASE);
+    int v = __atomic_load_n(&g_loads_faster, __ATOMIC_ACQUIRE);
+    if (v < 0) {
+#if defined(__x86_64__)
+        v = kvq_cpu_isa_available(KVQ_ISA_AVX2) ? probe_loads_faster() : 0;
+#else
+        v = 0;
+#endif
+        __atomic_store_n(&g_loads_faster, v, __ATOMIC_RELEASE);
     }
-    return slow;
+    return v;
 }
 
 static const kvq_mm_kernels *kernels(void) {
@@ -297,7 +343,8 @@ void kvq_cpu_kernel_names(char *out, size_t n, int i8) {
     if (kvq_cpu_isa() == KVQ_ISA_AVX512)
         tables = level == 2 ? "int16 tables (vpermb)" : level == 1 ? "f32 tables (vpermb)" : "f32 tables (gathers)";
     else if (kvq_cpu_isa() == KVQ_ISA_AVX2)
-        tables = kvq_cpu_avx2_lut_loads() ? "f32 tables (loads: slow gathers on AMD)" : "f32 tables (gathers)";
+        tables = kvq_cpu_avx2_lut_loads() ? "f32 tables (plain loads, faster here than gathers)"
+                                          : "f32 tables (gathers, faster here than plain loads)";
 #elif defined(__aarch64__)
     tables = "int16 tables (tbl)";
 #endif

@@ -16,10 +16,10 @@
  * Returns the previous setting. */
 int kvq_cpu_has_vbmi(void);
 int kvq_cpu_set_vbmi(int on);
-/* AVX2 LUT lookups: vpgatherdd, or plain loads (kvq_aqlm_lut_gemv_rows) on
- * CPUs whose gathers are slow, AMD's (microcoded there). kvq_cpu_set_avx2_lut:
- * 0 by vendor (the default), 1 gathers, 2 loads; returns the previous setting.
- * kvq_cpu_avx2_lut_loads: what is in use now. */
+/* AVX2 LUT lookups: vpgatherdd, or plain loads (kvq_aqlm_lut_gemv_rows, the
+ * same bits), whichever a short timing at first use finds faster on this
+ * core. kvq_cpu_set_avx2_lut: 0 timed (the default), 1 gathers, 2 loads;
+ * returns the previous setting. kvq_cpu_avx2_lut_loads: what is in use now. */
 int kvq_cpu_set_avx2_lut(int mode);
 int kvq_cpu_avx2_lut_loads(void);
 /* AMX tiles for batches of KVQ_AMX_MIN_N tokens or more, on CPUs (and kernels)

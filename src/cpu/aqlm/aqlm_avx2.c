@@ -41,20 +41,34 @@ static inline __m256 look8(const float *l, const uint8_t *c) {
 }
 
 /* lut_gemv with plain loads instead of gathers, for CPUs whose gathers are
- * slow (AMD: vpgatherdd is microcoded there; on a Zen 5 VM one thread ran
- * 4096x4096 2x8 at 1.21 ms with the gather kernel below, 0.81 ms with this
- * one). 8 rows' sums stay in registers across 8 steps; each step's 8 codes
- * are one 64-bit load and the table entries scalar loads folded into the
- * adds, so the load ports do about one lookup per load. Each row adds its
- * steps in order, as the scalar kernel does. Steps go 8 at a time because a
- * step's codes are rows_pad bytes apart, 4 KB for 4096 rows: 16 of them
- * share one L1 set and evicted each other (16 at a time: 1.38 ms). The
+ * slow (AMD's are microcoded; Intel's since the Gather Data Sampling
+ * microcode fix). Bit for bit kvq_aqlm_lut_gemv_avx2: a row's steps are
+ * added four at a time from s0 (((T0 + T1) + T2) + T3, then into acc), the
+ * last s1 - s0 mod 4 one by one, so the dispatcher may time the two and keep
+ * the faster (cpu_matmul.c). 8 rows' sums stay in registers across 8 steps;
+ * each step's 8 codes are one 64-bit load and the table entries scalar loads
+ * folded into the adds, so the load ports do about one lookup per load.
+ * Steps go 8 at a time because a step's codes are rows_pad bytes apart, 4 KB
+ * for 4096 rows: 16 of them share one L1 set and evicted each other. The
  * prefetch runs 4 row blocks ahead in each step of the chunk, and for the
  * last blocks into the caller's next chunk. */
 #define KVQ_LUT_ROWS_AHEAD 4
 #define KVQ_LUT_ROWS_STEPS 8
+/* One step's 8 lookups: e[k] = l[byte k of v]. */
+#define LOOK8(e, l, v)                                                                                                  \
+    do {                                                                                                               \
+        uint64_t v_ = (v);                                                                                             \
+        e[0] = (l)[v_ & 255], e[1] = (l)[(v_ >> 8) & 255], e[2] = (l)[(v_ >> 16) & 255], e[3] = (l)[(v_ >> 24) & 255]; \
+        e[4] = (l)[(v_ >> 32) & 255], e[5] = (l)[(v_ >> 40) & 255], e[6] = (l)[(v_ >> 48) & 255], e[7] = (l)[v_ >> 56]; \
+    } while (0)
+static inline uint64_t ld8(const uint8_t *c) {
+    uint64_t v;
+    memcpy(&v, c, 8);
+    return v;
+}
 void kvq_aqlm_lut_gemv_rows(const kvq_cpu_weight *w, const float *lut, int s0, int s1, float *acc, int r0, int r1) {
     size_t n = (size_t)(r1 - r0), pad = (size_t)w->rows_pad, ns = (size_t)(s1 - s0), total = (size_t)w->G * w->M;
+    size_t n4 = ns / 4 * 4; /* steps below n4 go in fours, the rest one by one */
     const uint8_t *codes = (const uint8_t *)w->codes + r0 + (size_t)s0 * pad;
     for (size_t i0 = 0; i0 < n; i0 += 64) {
         size_t ia = i0 + KVQ_LUT_ROWS_AHEAD * 64;
@@ -65,21 +79,31 @@ void kvq_aqlm_lut_gemv_rows(const kvq_cpu_weight *w, const float *lut, int s0, i
         for (size_t sb = 0; sb < ns; sb += KVQ_LUT_ROWS_STEPS) {
             size_t se = sb + KVQ_LUT_ROWS_STEPS < ns ? sb + KVQ_LUT_ROWS_STEPS : ns;
             for (size_t i = i0; i < i0 + 64; i += 8) {
-                float a0 = acc[i], a1 = acc[i + 1], a2 = acc[i + 2], a3 = acc[i + 3];
-                float a4 = acc[i + 4], a5 = acc[i + 5], a6 = acc[i + 6], a7 = acc[i + 7];
+                float a[8], t[8], e[8];
+                for (int k = 0; k < 8; k++) a[k] = acc[i + (size_t)k];
                 const uint8_t *c = codes + i + sb * pad;
                 const float *l = lut + sb * 256;
-                for (size_t s = sb; s < se; s++, c += pad, l += 256) {
-                    uint64_t v;
-                    memcpy(&v, c, 8);
-                    a0 += l[v & 255], a1 += l[(v >> 8) & 255], a2 += l[(v >> 16) & 255], a3 += l[(v >> 24) & 255];
-                    a4 += l[(v >> 32) & 255], a5 += l[(v >> 40) & 255], a6 += l[(v >> 48) & 255], a7 += l[v >> 56];
-                    /* keeps the compiler from packing the eight sums into one
-                     * vector (an insert per load: the shuffle port became the limit) */
-                    __asm__("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7));
+                size_t s = sb;
+                for (; s + 4 <= se && s + 4 <= n4; s += 4, c += 4 * pad, l += 1024) {
+                    LOOK8(t, l, ld8(c));
+                    LOOK8(e, l + 256, ld8(c + pad));
+                    for (int k = 0; k < 8; k++) t[k] += e[k];
+                    LOOK8(e, l + 512, ld8(c + 2 * pad));
+                    for (int k = 0; k < 8; k++) t[k] += e[k];
+                    LOOK8(e, l + 768, ld8(c + 3 * pad));
+                    for (int k = 0; k < 8; k++) a[k] += t[k] + e[k];
+                    /* keeps the compiler from packing the sums into vectors (an insert
+                     * per load: the shuffle port became the limit) */
+                    __asm__("" : "+x"(a[0]), "+x"(a[1]), "+x"(a[2]), "+x"(a[3]), "+x"(a[4]), "+x"(a[5]), "+x"(a[6]),
+                            "+x"(a[7]));
                 }
-                acc[i] = a0, acc[i + 1] = a1, acc[i + 2] = a2, acc[i + 3] = a3;
-                acc[i + 4] = a4, acc[i + 5] = a5, acc[i + 6] = a6, acc[i + 7] = a7;
+                for (; s < se; s++, c += pad, l += 256) {
+                    LOOK8(e, l, ld8(c));
+                    for (int k = 0; k < 8; k++) a[k] += e[k];
+                    __asm__("" : "+x"(a[0]), "+x"(a[1]), "+x"(a[2]), "+x"(a[3]), "+x"(a[4]), "+x"(a[5]), "+x"(a[6]),
+                            "+x"(a[7]));
+                }
+                for (int k = 0; k < 8; k++) acc[i + (size_t)k] = a[k];
             }
         }
     }
