@@ -83,7 +83,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
     o->ngl = -1;
     o->aqlm_i8 = 1;
     const kvq_tool_model_flags mf = {&o->model, &o->backend, &o->device, &o->n_ctx, &o->n_batch, &o->threads,
-                                     &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->aqlm_i8, &o->ngl, &o->exact};
+                                     &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->aqlm_i8, &o->ngl, &o->exact, &o->plan};
     for (int i = 1; i < argc; i++) {
         int mr = kvq_tool_model_flag(P, &mf, argc, argv, &i);
         if (mr < 0) return 1;
@@ -359,6 +359,8 @@ int main(int argc, char **argv) {
     if (r) return r < 0 ? 0 : 1;
     if (!o.model && !(o.model = kvq_tool_demo_model()))
         return kvq_tool_die(P, "no -m given and the demo model (models/demo) was not found");
+    if (o.plan) return kvq_tool_plan(P, o.model, o.n_ctx, o.type_k, o.type_v, o.threads);
+    if (kvq_tool_model_dir(P, &o.model, 1)) return 1;
     int one = o.prompt || o.prompt_file;
     int tty = !one && isatty(STDIN_FILENO);
     if (tty) { /* libedit edits and shows UTF-8 only in a UTF-8 locale */
@@ -369,7 +371,7 @@ int main(int argc, char **argv) {
     mp.n_threads = (int)o.threads;
     mp.backend = o.backend;
     mp.n_gpu_layers = o.ngl;
-    mp.plan_ctx = (int)o.n_ctx;
+    mp.plan_ctx = o.n_ctx > 0 ? (int)o.n_ctx : 0;
     mp.plan_type_k = (int)o.type_k, mp.plan_type_v = (int)o.type_v;
     mp.device = o.device;
     mp.aqlm_cb8 = o.aqlm_cb8;
@@ -385,6 +387,7 @@ int main(int argc, char **argv) {
     if (ls != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
     fprintf(stderr, "%s: loaded %s in %.2f s: %s\n", P, o.model, kvq_tool_now() - t0, kvq_model_desc(m));
     kvq_tool_report_backend(P, m);
+    o.n_ctx = kvq_tool_ctx(o.n_ctx, m);
     int train = kvq_model_n_ctx_train(m);
     if (train > 0 && o.n_ctx > train)
         fprintf(stderr, "%s: warning: -c %ld is above the model's trained context (%d); quality past it is not assured\n", P,

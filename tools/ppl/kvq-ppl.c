@@ -132,11 +132,11 @@ int main(int argc, char **argv) {
     long kl_at[KL_AT_MAX];
     int n_kl_at = 0;
     long n_ctx = 512, chunks = 0, n_batch = 0, threads = 0;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1, cb8 = 0, lut8 = 0, i8 = 1, exact = 0, kl_exact = 0, ngl = -1;
+    int plan = 0, tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1, cb8 = 0, lut8 = 0, i8 = 1, exact = 0, kl_exact = 0, ngl = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate", "--aqlm-cb8", "--aqlm-lut8", "--aqlm-i8", "--no-aqlm-i8", "--exact", "--kl-exact"};
-        static const char *const valued[] = {"-m", "--model", "-f", "--file", "--backend", "--device", "-c", "--ctx-size", "--chunks",
+        static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate", "--aqlm-cb8", "--aqlm-lut8", "--aqlm-i8", "--no-aqlm-i8", "--exact", "--kl-exact", "--plan"};
+        static const char *const valued[] = {"-m", "--model", "-hf", "--hf-repo", "-f", "--file", "--backend", "--device", "-c", "--ctx-size", "--chunks",
                                              "-b", "--batch-size", "-t", "--threads", "-ctk", "--cache-type-k", "-ctv",
                                              "--cache-type-v", "--kl-base", "-ngl", "--n-gpu-layers", "--ids", "--kl-at"};
         int takes = 0, known = 0;
@@ -153,7 +153,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-aqlm-i8")) i8 = 0;
         else if (!strcmp(a, "--exact")) exact = 1;
         else if (!strcmp(a, "--kl-exact")) kl_exact = 1;
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--plan")) plan = 1;
+        else if (kvq_tool_is_model_flag(a)) model = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
         else if (!strcmp(a, "--ids")) ids_file = v;
         else if (!strcmp(a, "--kl-at")) { if ((n_kl_at = parse_list(v, kl_at, KL_AT_MAX)) < 1) goto bad; }
@@ -164,13 +165,19 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--chunks")) { if (kvq_tool_parse_int(v, 0, 1 << 30, &chunks)) goto bad; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (kvq_tool_parse_int(v, 1, 1 << 24, &n_batch)) goto bad; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (kvq_tool_parse_int(v, 1, 1024, &threads)) goto bad; }
-        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) { if ((tk = kvq_cache_type_parse(v)) < 0) goto bad; }
-        else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) { if ((tv = kvq_cache_type_parse(v)) < 0) goto bad; }
-        else if (!strcmp(a, "--kl-base")) { if ((kl_base = kvq_cache_type_parse(v)) < 0) goto bad; }
+        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) { if ((tk = kvq_tool_parse_cache_type(v)) < 0) goto bad_type; }
+        else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) { if ((tv = kvq_tool_parse_cache_type(v)) < 0) goto bad_type; }
+        else if (!strcmp(a, "--kl-base")) { if ((kl_base = kvq_tool_parse_cache_type(v)) < 0) goto bad_type; }
         if (takes) i++;
         continue;
     bad:
         return kvq_tool_die(P, "bad value '%s' for %s", v, a);
+    bad_type:
+        return kvq_tool_die(P, "bad value '%s' for %s: the cache types are " KVQ_TOOL_CACHE_TYPES, v, a);
+    }
+    if (plan) {
+        if (!model && !(model = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model was not found");
+        return kvq_tool_plan(P, model, n_ctx, tk, tv, threads);
     }
     if (!file == !ids_file) return kvq_tool_die(P, "give a text file (-f FILE) or token ids (--ids FILE)");
     if (kl_exact && (kl_base >= 0 || exact)) return kvq_tool_die(P, "--kl-exact goes with neither --kl-base nor --exact");
@@ -179,6 +186,7 @@ int main(int argc, char **argv) {
         if (kl_at[i] > n_ctx || kl_at[i] < KL_WINDOW)
             return kvq_tool_die(P, "--kl-at %ld: positions must lie in %d..%ld (-c)", kl_at[i], KL_WINDOW, n_ctx);
     if (!model && !(model = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model was not found");
+    if (kvq_tool_model_dir(P, &model, 1)) return 1;
     if (!n_batch || n_batch > n_ctx) n_batch = n_ctx;
 
     int32_t *ids = NULL;

@@ -68,7 +68,7 @@ static int parse(int argc, char **argv, srv_opts *o) {
     o->kv_rotate = -1;
     o->aqlm_i8 = 1;
     const kvq_tool_model_flags mf = {&o->model_dir, &o->backend, &o->device, &o->n_ctx, &o->n_batch, &o->threads,
-                                     &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->aqlm_i8, &o->ngl, &o->exact};
+                                     &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->aqlm_i8, &o->ngl, &o->exact, &o->plan};
     for (int i = 1; i < argc; i++) {
         int mr = kvq_tool_model_flag(P, &mf, argc, argv, &i);
         if (mr < 0) return 1;
@@ -122,6 +122,9 @@ int main(int argc, char **argv) {
     int pr = parse(argc, argv, &o);
     if (pr) return pr < 0 ? 0 : 1;
     if (!o.model_dir && !(o.model_dir = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model is not found");
+    if (o.plan) return kvq_tool_plan(P, o.model_dir, o.n_ctx, o.type_k, o.type_v, o.threads);
+    if (!o.alias && kvq_tool_hub_name(o.model_dir)) o.alias = o.model_dir; /* the API names it ORG/NAME, not by its commit */
+    if (kvq_tool_model_dir(P, &o.model_dir, 1)) return 1;
 
     /* SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts */
     sigset_t sigs;
@@ -134,7 +137,7 @@ int main(int argc, char **argv) {
     kvq_model_params mp = kvq_model_default_params();
     mp.backend = o.backend;
     mp.n_gpu_layers = o.ngl;
-    mp.plan_ctx = (int)o.n_ctx;
+    mp.plan_ctx = o.n_ctx > 0 ? (int)o.n_ctx : 0;
     mp.plan_type_k = (int)o.type_k, mp.plan_type_v = (int)o.type_v;
     mp.device = o.device;
     mp.n_threads = (int)o.threads;
@@ -156,6 +159,7 @@ int main(int argc, char **argv) {
         kvq_model_free(m);
         return kvq_tool_die(P, "%s", kvq_last_error());
     }
+    o.n_ctx = kvq_tool_ctx(o.n_ctx, m);
     if (o.n_ctx > kvq_model_n_ctx_train(m))
         fprintf(stderr, "%s: -c %ld is above the trained context (%d)\n", P, o.n_ctx, kvq_model_n_ctx_train(m));
 
