@@ -36,8 +36,8 @@ function loadRepo(id, spec) {
 
 export async function startHub({ repos, token = "hf_test_token" } = {}) {
   const repoMap = new Map(Object.entries(repos).map(([id, spec]) => [id, loadRepo(id, spec)]));
-  const byBlob = new Map(); // sha256 -> [repo, file]
-  for (const r of repoMap.values()) for (const f of r.files.values()) if (f.lfs) byBlob.set(f.sha256, [r, f]);
+  const byBlob = new Map(); // "org/name/sha256" -> [repo, file]
+  for (const r of repoMap.values()) for (const f of r.files.values()) if (f.lfs) byBlob.set(`${r.id}/${f.sha256}`, [r, f]);
   const hub = { faults: {}, served: {}, requests: [], token, repos: repoMap };
 
   const wrongSha = (f) => (hub.faults.badSha === f.name ? crypto.createHash("sha256").update("not " + f.name).digest("hex") : f.sha256);
@@ -116,7 +116,7 @@ export async function startHub({ repos, token = "hf_test_token" } = {}) {
     if (f.lfs) {
       const sha = wrongSha(f);
       res.writeHead(302, {
-        ...headers, Location: `/cdn/${f.sha256}`, "X-Linked-Etag": `"${sha}"`, "X-Linked-Size": String(f.data.length), "Content-Length": 0,
+        ...headers, Location: `/cdn/${r.id}/${f.sha256}`, "X-Linked-Etag": `"${sha}"`, "X-Linked-Size": String(f.data.length), "Content-Length": 0,
       });
       return res.end();
     }
@@ -160,7 +160,7 @@ export async function startHub({ repos, token = "hf_test_token" } = {}) {
         if (!r) return notFound(res, "RepoNotFound", "Repository not found");
         return resolveRoute(req, res, r, m[2], m[3]);
       }
-      if ((m = /^\/cdn\/([0-9a-f]{64})$/.exec(p)) && byBlob.has(m[1])) {
+      if ((m = /^\/cdn\/([^/]+\/[^/]+\/[0-9a-f]{64})$/.exec(p)) && byBlob.has(m[1])) {
         const [r, f] = byBlob.get(m[1]);
         return sendBody(req, res, r, f, { ETag: `"${f.sha256}"`, "Content-Type": "application/octet-stream" });
       }
