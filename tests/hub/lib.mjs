@@ -35,8 +35,13 @@ export async function hubWithRepos() {
   return startHub({ repos });
 }
 
+// Fresh HF_HOMEs, removed when the test file's process exits (each holds a model's copy).
+const homes = [];
+process.on("exit", () => { for (const h of homes) fs.rmSync(h, { recursive: true, force: true }); });
 export function tmpHome(tag) {
-  return fs.mkdtempSync(path.join(os.tmpdir(), `kvq-hub-${tag}-`));
+  const h = fs.mkdtempSync(path.join(os.tmpdir(), `kvq-hub-${tag}-`));
+  homes.push(h);
+  return h;
 }
 
 export function repoDir(home, id) {
