@@ -27,7 +27,7 @@ int kvq_bench_batch_sweep(kvq_model *m, long pp, long reps, int tk, int tv);
 static int usage(FILE *f) {
     fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8] [--no-aqlm-i8] [--exact] [--plan] [--profile] [--batch-sweep]\n"
                "       kvq-bench model --synthetic NAME --scheme 2x8|1x16 [--synthetic-dir D]\n"
-               "  -m      model directory (default: the demo model)\n"
+               "  -m      model directory (default: the demo model), or ORG/NAME[:REV] (alias -hf)\n"
                "  --synthetic  a real-shape AQLM checkpoint with random codes, written once under D: llama2-7b,\n"
                "          llama2-13b, llama3-8b, llama3-70b, mistral-7b, mixtral-8x7b, command-r, gemma-2b, phi3-mini, qwen2-7b\n"
                "          (default $TMPDIR/kvq-synth) and loaded from there; defaults -p 512 -n 32 --reps 1\n"

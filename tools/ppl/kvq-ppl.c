@@ -18,14 +18,16 @@ static const char *P = "kvq-ppl";
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kvq-ppl -f TEXT [options]\n"
-            "  -m, --model DIR       HF model directory (default: the bundled demo model)\n"
+            "  -m, --model DIR       HF model directory (default: the bundled demo model), or ORG/NAME[:REV]\n"
+            "                        (alias -hf): from the Hugging Face cache, else downloaded into it\n"
+            "  --plan                print download, disk, memory at -c and -ctk/-ctv, RAM, fit and speed; exit\n"
             "  -f, --file TEXT       text file to score (tokenized without BOS)\n"
             "  --ids FILE            score token ids instead (whitespace-separated integers, e.g. a generated stream)\n"
             "  -c, --ctx-size N      tokens per chunk (default 512); each chunk is evaluated as BOS + N-1 tokens\n"
             "  --chunks K            score only the first K chunks (default: all)\n"
             "  -b, --batch-size N    tokens per forward pass (default: N of -c)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
-            "  -ctk, -ctv T          K / V cache types: f32, f16, q8, q4 (default f16)\n"
+            "  -ctk, -ctv T          K / V cache types: f32, f16, q8 (q8_0), q4 (q4_0) (default f16)\n"
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --kl-base T           also run with cache type T for K and V and report KL divergence against it\n"
             "  --kl-exact            report KL divergence against the same model with --exact (a second load)\n"

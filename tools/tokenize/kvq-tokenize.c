@@ -15,7 +15,8 @@ static const char *PROG = "kvq-tokenize";
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kvq-tokenize [-m DIR] (-p TEXT | -f FILE | --chat FILE) [--bos] [--decode]\n"
-            "  -m DIR      model or tokenizer directory (default: the demo model)\n"
+            "  -m DIR      model or tokenizer directory (default: the demo model), or ORG/NAME[:REV]\n"
+            "              (alias -hf): from the Hugging Face cache, else its config and tokenizer downloaded\n"
             "  -p TEXT     text to tokenize\n"
             "  -f FILE     read the text from FILE\n"
             "  --bos       prepend the BOS token when the tokenizer has one\n"
