@@ -74,6 +74,12 @@ kvq_status kvq_hub_head(const kvq_hub_ctx *c, const char *file, int optional, kv
     kvq_http_resp r;
     kvq_status s = kvq_http_request(url, &rq, &r);
     kvq_http_resp_free(&r);
+    if (s == KVQ_OK && r.status >= 300 && r.status <= 399 && !r.linked_etag[0] && !r.etag[0]) {
+        /* a redirect that is not the CDN's (a renamed repository): follow it for the headers */
+        rq.follow = 1;
+        s = kvq_http_request(url, &rq, &r);
+        kvq_http_resp_free(&r);
+    }
     if (s != KVQ_OK) return s;
     if (r.status == 404 && optional) {
         m->absent = 1;

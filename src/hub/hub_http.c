@@ -173,6 +173,7 @@ kvq_status kvq_http_request(const char *url, const kvq_http_req *rq, kvq_http_re
     CURL *c = curl_easy_init();
     if (!c) return kvq_fail(KVQ_ERR_NOMEM, "libcurl: out of memory");
     xfer x = {.rq = rq, .r = resp, .c = c, .t0 = now_s(), .tty = isatty(2)};
+    x.last_draw = x.t0; /* a file done within 0.1 s gets no bar */
     struct curl_slist *hdr = NULL;
     char line[600];
     if (rq->token && *rq->token) {
