@@ -34,8 +34,8 @@ kvq_status kvq_hub_status_error(const kvq_hub_ctx *c, long st, const char *code,
     const kvq_hub_name *n = c->n;
     /* the hub answers 401 for a repository that does not exist, to hide private ones */
     if (!strcmp(code, "RepoNotFound") || (st == 404 && !strcmp(code, "RevisionNotFound")))
-        return kvq_fail(KVQ_ERR_IO, "%s: not found (HTTP %ld): no model %s with revision '%s' on %s%s", n->repo, st, n->repo, n->rev, c->endpoint,
-                        st == 401 && !c->token[0] ? " (if it is private, set HF_TOKEN)" : "");
+        return kvq_fail(KVQ_ERR_IO, "%s: not found (HTTP %ld): no model %s with revision '%s' on %s%s (and no directory of that name)", n->repo, st,
+                        n->repo, n->rev, c->endpoint, st == 401 && !c->token[0] ? " (if it is private, set HF_TOKEN)" : "");
     if (st == 401 || st == 403)
         return kvq_fail(KVQ_ERR_IO, "%s: access denied (HTTP %ld) to %s: the model is gated or private; accept the license at %s/%s and set HF_TOKEN%s",
                         n->repo, st, what, c->endpoint, n->repo, c->token[0] ? " (a token was sent: does it have access?)" : "");
@@ -151,7 +151,8 @@ static kvq_status download(const kvq_hub_ctx *c, const char *file, const kvq_hub
         if (!f) return kvq_fail(KVQ_ERR_IO, "%s: cannot write: %s", part, strerror(errno));
         if (have && prog) fprintf(stderr, "%s: %s: resuming at %s of %s\n", prog, file, kvq_hub_bytes((double)have, a, sizeof a),
                                   m->size >= 0 ? kvq_hub_bytes((double)m->size, b, sizeof b) : "?");
-        kvq_http_req rq = {.follow = 1, .range_from = have, .range_to = -1, .out = f, .token = c->token, .prog = prog, .label = file, .total = m->size};
+        kvq_http_req rq = {.follow = 1, .range_from = have, .range_to = -1, .out = f, .out_max = m->size >= 0 ? m->size - have : 0,
+                           .token = c->token, .prog = prog, .label = file, .total = m->size};
         kvq_http_resp r;
         kvq_status s = kvq_http_request(url, &rq, &r);
         kvq_http_resp_free(&r);
@@ -168,6 +169,11 @@ static kvq_status download(const kvq_hub_ctx *c, const char *file, const kvq_hub
         if (s == KVQ_OK && r.status != 200 && r.status != 206) return kvq_hub_status_error(c, r.status, r.error_code, file);
         if (r.write_errno == ENOSPC || werr == ENOSPC) {
             return kvq_fail(KVQ_ERR_IO, "%s: disk full while writing %s (%s kept; free space and run again to resume)", c->n->repo, file, part);
+        }
+        if (r.write_errno == EOVERFLOW) {
+            unlink(part);
+            return kvq_fail(KVQ_ERR_FORMAT, "%s: the server sent more of %s than the %lld bytes it announced; the partial file was removed", c->n->repo,
+                            file, (long long)m->size);
         }
         if (s != KVQ_OK && !r.cut) return s;
         have += r.written;

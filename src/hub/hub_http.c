@@ -109,6 +109,10 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     size_t n = sz * nm;
     kvq_http_resp *r = x->r;
     if (x->rq->out && body_wanted(x)) {
+        if (x->rq->out_max > 0 && r->written + (int64_t)n > x->rq->out_max) {
+            r->write_errno = EOVERFLOW; /* more than announced: stop before it fills the disk */
+            return 0;
+        }
         if (fwrite(p, 1, n, x->rq->out) != n || fflush(x->rq->out)) {
             r->write_errno = errno ? errno : EIO;
             return 0;
@@ -215,6 +219,7 @@ kvq_status kvq_http_request(const char *url, const kvq_http_req *rq, kvq_http_re
     curl_slist_free_all(hdr);
     if (rc == CURLE_OK) return KVQ_OK;
     if (resp->write_errno == EFBIG) return kvq_fail(KVQ_ERR_FORMAT, "%s: answer larger than %zu bytes", url, rq->body_max);
+    if (resp->write_errno == EOVERFLOW) return kvq_fail(KVQ_ERR_FORMAT, "%s: the server sent more bytes than it announced", url);
     if (resp->write_errno) return kvq_fail(KVQ_ERR_IO, "cannot write the download: %s", strerror(resp->write_errno));
     resp->cut = resp->status != 0;
     if (resp->cut)

@@ -12,7 +12,8 @@ typedef struct {
     int follow;          /* follow redirects (to the CDN) */
     int64_t range_from;  /* > 0 or range_to >= 0: a Range request */
     int64_t range_to;    /* -1: to the end */
-    FILE *out;           /* body of a 200/206 goes here ... */
+    FILE *out;           /* body of a 200/206 goes here (at most out_max bytes when > 0) ... */
+    int64_t out_max;
     size_t body_max;     /* ... or into resp.body, up to this many bytes */
     const char *token;   /* Bearer token, "" or NULL for none */
     const char *prog;    /* progress on stderr: prefix; NULL for none */

@@ -175,7 +175,7 @@ test("errors, one line each", async (t) => {
     assert.equal(r2.code, 0, r2.stderr);
   });
   await t.test("no such model, no such revision", async () => {
-    assertOneLine(await tok("kvq-test/missing"), /kvq-test\/missing: not found \(HTTP 401\): no model kvq-test\/missing with revision 'main' on http:\/\/127\.0\.0\.1:\d+ \(if it is private, set HF_TOKEN\)$/);
+    assertOneLine(await tok("kvq-test/missing"), /kvq-test\/missing: not found \(HTTP 401\): no model kvq-test\/missing with revision 'main' on http:\/\/127\.0\.0\.1:\d+ \(if it is private, set HF_TOKEN\) \(and no directory of that name\)$/);
     assertOneLine(await tok("kvq-test/demo:v9"), /kvq-test\/demo: not found \(HTTP 404\): no model kvq-test\/demo with revision 'v9' on /);
   });
   await t.test("a file the hub answers 404 for", async () => {
