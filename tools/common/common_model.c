@@ -22,11 +22,14 @@ int kvq_tool_hub_name(const char *model) {
 }
 
 int kvq_tool_model_dir(const char *prog, const char **model, int need_weights) {
-    static char dir[KVQ_HUB_PATH];
+    /* a few at once: the model and its draft */
+    static char dirs[4][KVQ_HUB_PATH];
+    static int next;
     kvq_hub_name n;
     if (!*model || is_dir(*model) || !kvq_hub_parse_name(*model, &n)) return 0;
     kvq_hub_opts o = {.prog = prog, .need_weights = need_weights};
-    if (kvq_hub_resolve(&n, &o, dir, sizeof dir) != KVQ_OK) return kvq_tool_die(prog, "%s", kvq_last_error());
+    char *dir = dirs[next++ % 4];
+    if (kvq_hub_resolve(&n, &o, dir, KVQ_HUB_PATH) != KVQ_OK) return kvq_tool_die(prog, "%s", kvq_last_error());
     *model = dir;
     return 0;
 }
