@@ -54,10 +54,10 @@ int kvq_tool_model_dir(const char *prog, const char **model, int need_weights);
 /* f32, f16, q8, q4 and llama.cpp's q8_0, q4_0 (fp16, fp32); -1 when unknown. */
 int kvq_tool_parse_cache_type(const char *s);
 #define KVQ_TOOL_CACHE_TYPES "f32, f16, q8 (q8_0), q4 (q4_0)"
-/* --plan: download size, disk, memory at n_ctx (0: trained context) and the cache types, RAM,
- * whether it fits and a decode speed estimate, from config.json and the weights' headers only.
- * Returns the tool's exit code. */
-int kvq_tool_plan(const char *prog, const char *model, long n_ctx, int type_k, int type_v, long threads);
+/* --plan: download size, disk, memory at n_ctx (0: trained context) and the cache types for
+ * n_seq contexts (kvq-server's slots), RAM, whether it fits and a decode speed estimate, from
+ * config.json and the weights' headers only. Returns the tool's exit code. */
+int kvq_tool_plan(const char *prog, const char *model, long n_ctx, int type_k, int type_v, long threads, int n_seq);
 
 /* argv[*i] as one of those flags: 1 when it was (its value taken, *i advanced past it), 0 when it
  * is not one of them, -1 after printing one line when its value is missing or bad. */

@@ -45,7 +45,7 @@ static int local_weights(const char *prog, const char *dir, kvq_hub_plan_info *p
 
 static double gib(double b) { return b / (1 << 30); }
 
-int kvq_tool_plan(const char *prog, const char *model, long n_ctx, int type_k, int type_v, long threads) {
+int kvq_tool_plan(const char *prog, const char *model, long n_ctx, int type_k, int type_v, long threads, int n_seq) {
     kvq_hub_plan_info pi = {0};
     int hub = kvq_tool_hub_name(model);
     if (hub) {
@@ -82,10 +82,13 @@ int kvq_tool_plan(const char *prog, const char *model, long n_ctx, int type_k, i
            pi.n_weight_files, pi.n_weight_files == 1 ? "" : "s", kvq_hub_bytes((double)pi.cached_bytes, b, sizeof b),
            disk < 0 ? "unknown" : kvq_hub_bytes((double)disk, d, sizeof d), where, disk_ok ? "fits" : "does NOT fit");
 
-    double total = (double)pi.weight_bytes + (double)need.total;
-    printf("memory at -c %d, -ctk %s, -ctv %s: %.2f GiB (weights %.2f GiB, KV cache %.2f GiB, buffers %.2f GiB)\n", ctx,
+    if (n_seq < 1) n_seq = 1;
+    double per = (double)need.total * n_seq, total = (double)pi.weight_bytes + per;
+    char slots[48] = "";
+    if (n_seq > 1) snprintf(slots, sizeof slots, " x %d slots", n_seq);
+    printf("memory at -c %d%s, -ctk %s, -ctv %s: %.2f GiB (weights %.2f GiB, KV cache %.2f GiB, buffers %.2f GiB)\n", ctx, slots,
            kvq_cache_type_name((kvq_cache_type)type_k), kvq_cache_type_name((kvq_cache_type)type_v), gib(total), gib((double)pi.weight_bytes),
-           gib((double)need.kv), gib((double)(need.act + need.logits)));
+           gib((double)need.kv * n_seq), gib((double)(need.act + need.logits) * n_seq));
     struct sysinfo si;
     double ram = sysinfo(&si) == 0 ? (double)si.totalram * si.mem_unit : 0;
     size_t avail = kvq_mem_available();

@@ -179,7 +179,7 @@ int main(int argc, char **argv) {
     }
     if (plan) {
         if (!model && !(model = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model was not found");
-        return kvq_tool_plan(P, model, n_ctx, tk, tv, threads);
+        return kvq_tool_plan(P, model, n_ctx, tk, tv, threads, 1);
     }
     if (!file == !ids_file) return kvq_tool_die(P, "give a text file (-f FILE) or token ids (--ids FILE)");
     if (kl_exact && (kl_base >= 0 || exact)) return kvq_tool_die(P, "--kl-exact goes with neither --kl-base nor --exact");

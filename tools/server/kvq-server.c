@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
     int pr = parse(argc, argv, &o);
     if (pr) return pr < 0 ? 0 : 1;
     if (!o.model_dir && !(o.model_dir = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model is not found");
-    if (o.plan) return kvq_tool_plan(P, o.model_dir, o.n_ctx, o.type_k, o.type_v, o.threads);
+    if (o.plan) return kvq_tool_plan(P, o.model_dir, o.n_ctx, o.type_k, o.type_v, o.threads, (int)o.n_slots);
     if (!o.alias && kvq_tool_hub_name(o.model_dir)) o.alias = o.model_dir; /* the API names it ORG/NAME, not by its commit */
     if (kvq_tool_model_dir(P, &o.model_dir, 1) || kvq_tool_model_dir(P, &o.draft_dir, 1)) return 1;
 
