@@ -152,9 +152,18 @@ test("--plan reads config.json and 8 bytes of each weight file, and prints the f
   assert.match(r.stdout, /^download: 32\.2 MiB in 1 weight file \(0 B already here\); disk free .* fits$/m);
   assert.match(r.stdout, /^memory at -c 1024, -ctk q4, -ctv q8: [0-9.]+ GiB \(weights [0-9.]+ GiB, KV cache [0-9.]+ GiB, buffers [0-9.]+ GiB\)$/m);
   assert.match(r.stdout, /^RAM: [0-9.]+ GiB, [0-9.]+ GiB available: fits on the CPU$/m);
+  assert.match(r.stdout, /^placement: GPU layers and device memory are planned once the weights are in the cache$/m);
   assert.match(r.stdout, /^speed: memory bandwidth [0-9.]+ GB\/s; decode at most ~[0-9.]+ tok\/s/m);
   assert.equal(hub.served[WEIGHTS], 8, "only the header length");
   assert.deepEqual(blobs(home).filter((b) => b.length === 64), [], "no weights in the cache");
+  // once downloaded, the plan reads the cache alone and places the weights as the loader would
+  assert.equal((await run("kvq-chat", chatArgs("kvq-test/demo"), { home, hub })).code, 0);
+  hub.reset();
+  const p2 = await run("kvq-ppl", ["--plan", "-m", "kvq-test/demo", "-c", "256"], { home, hub, env: { HF_HUB_OFFLINE: "1" } });
+  assert.equal(p2.code, 0, p2.stderr);
+  assert.match(p2.stdout, /^download: 0 B in 1 weight file \(32\.2 MiB already here\)/m);
+  assert.match(p2.stdout, /^placement: gpu_layers=\d+\/4 gpu_mib=[0-9.]+ cpu_mib=[0-9.]+ /m);
+  assert.deepEqual(hub.requests, []);
 });
 
 test("errors, one line each", async (t) => {

@@ -361,8 +361,7 @@ int main(int argc, char **argv) {
     if (r) return r < 0 ? 0 : 1;
     if (!o.model && !(o.model = kvq_tool_demo_model()))
         return kvq_tool_die(P, "no -m given and the demo model (models/demo) was not found");
-    if (o.plan) return kvq_tool_plan(P, o.model, o.n_ctx, o.type_k, o.type_v, o.threads, 1);
-    if (kvq_tool_model_dir(P, &o.model, 1) || kvq_tool_model_dir(P, &o.draft, 1)) return 1;
+    if (!o.plan && (kvq_tool_model_dir(P, &o.model, 1) || kvq_tool_model_dir(P, &o.draft, 1))) return 1;
     int one = o.prompt || o.prompt_file;
     int tty = !one && isatty(STDIN_FILENO);
     if (tty) { /* libedit edits and shows UTF-8 only in a UTF-8 locale */
@@ -380,6 +379,7 @@ int main(int argc, char **argv) {
     mp.aqlm_lut8 = o.aqlm_lut8;
     mp.aqlm_i8 = o.aqlm_i8;
     mp.exact = o.exact;
+    if (o.plan) return kvq_tool_plan(P, o.model, o.n_ctx, o.type_k, o.type_v, &mp, 1);
     double t0 = kvq_tool_now();
     kvq_model *m;
     chat_progress prog;

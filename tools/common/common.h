@@ -57,7 +57,7 @@ int kvq_tool_parse_cache_type(const char *s);
 /* --plan: download size, disk, memory at n_ctx (0: trained context) and the cache types for
  * n_seq contexts (kvq-server's slots), RAM, whether it fits and a decode speed estimate, from
  * config.json and the weights' headers only. Returns the tool's exit code. */
-int kvq_tool_plan(const char *prog, const char *model, long n_ctx, int type_k, int type_v, long threads, int n_seq);
+int kvq_tool_plan(const char *prog, const char *model, long n_ctx, int type_k, int type_v, const kvq_model_params *mp, int n_seq);
 
 /* argv[*i] as one of those flags: 1 when it was (its value taken, *i advanced past it), 0 when it
  * is not one of them, -1 after printing one line when its value is missing or bad. */

@@ -45,7 +45,7 @@ static int local_weights(const char *prog, const char *dir, kvq_hub_plan_info *p
 
 static double gib(double b) { return b / (1 << 30); }
 
-int kvq_tool_plan(const char *prog, const char *model, long n_ctx, int type_k, int type_v, long threads, int n_seq) {
+int kvq_tool_plan(const char *prog, const char *model, long n_ctx, int type_k, int type_v, const kvq_model_params *mp, int n_seq) {
     kvq_hub_plan_info pi = {0};
     int hub = kvq_tool_hub_name(model);
     if (hub) {
@@ -78,7 +78,11 @@ int kvq_tool_plan(const char *prog, const char *model, long n_ctx, int type_k, i
     else snprintf(where, sizeof where, "%s", model);
     int64_t disk = kvq_hub_disk_free(where);
     int disk_ok = disk < 0 || (uint64_t)disk >= pi.download_bytes;
-    printf("download: %s in %d weight file%s (%s already here); disk free %s in %s: %s\n", kvq_hub_bytes((double)pi.download_bytes, a, sizeof a),
+    if (!hub)
+        printf("download: none (a local directory: %s in %d weight file%s)\n", kvq_hub_bytes((double)pi.cached_bytes, b, sizeof b),
+               pi.n_weight_files, pi.n_weight_files == 1 ? "" : "s");
+    else
+        printf("download: %s in %d weight file%s (%s already here); disk free %s in %s: %s\n", kvq_hub_bytes((double)pi.download_bytes, a, sizeof a),
            pi.n_weight_files, pi.n_weight_files == 1 ? "" : "s", kvq_hub_bytes((double)pi.cached_bytes, b, sizeof b),
            disk < 0 ? "unknown" : kvq_hub_bytes((double)disk, d, sizeof d), where, disk_ok ? "fits" : "does NOT fit");
 
@@ -95,8 +99,21 @@ int kvq_tool_plan(const char *prog, const char *model, long n_ctx, int type_k, i
     double av = avail == SIZE_MAX ? ram : (double)avail;
     printf("RAM: %.2f GiB, %.2f GiB available: %s on the CPU\n", gib(ram), gib(av), total <= av ? "fits" : "does NOT fit");
 
+    /* where the loader would put the weights (the GPU's layers with -ngl, its memory), from the
+     * checkpoint's headers: known once the weights are local */
+    if (pi.download_bytes == 0) {
+        kvq_model_params p = *mp;
+        p.plan_ctx = ctx, p.plan_type_k = type_k, p.plan_type_v = type_v;
+        char line[512];
+        if (kvq_model_plan_only(pi.snapshot, &p, line, sizeof line) == KVQ_OK)
+            printf("placement: %s\n", strncmp(line, "plan: ", 6) ? line : line + 6);
+        else
+            printf("placement: unknown (%s)\n", kvq_last_error());
+    } else {
+        printf("placement: GPU layers and device memory are planned once the weights are in the cache\n");
+    }
     /* decode streams every weight once per token: bandwidth / weight bytes bounds tokens per second */
-    double bw = kvq_cpu_read_bw_gbs((size_t)256 << 20, threads > 0 ? (int)threads : get_nprocs(), 3);
+    double bw = kvq_cpu_read_bw_gbs((size_t)256 << 20, mp->n_threads > 0 ? mp->n_threads : get_nprocs(), 3);
     if (bw > 0 && pi.weight_bytes > 0)
         printf("speed: memory bandwidth %.1f GB/s; decode at most ~%.1f tok/s (weights read once per token; AQLM decode is "
                "often bound by codebook lookups instead)\n",

@@ -179,7 +179,9 @@ int main(int argc, char **argv) {
     }
     if (plan) {
         if (!model && !(model = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model was not found");
-        return kvq_tool_plan(P, model, n_ctx, tk, tv, threads, 1);
+        kvq_model_params pp = kvq_model_default_params();
+        pp.n_threads = (int)threads, pp.backend = backend, pp.device = device, pp.n_gpu_layers = ngl;
+        return kvq_tool_plan(P, model, n_ctx, tk, tv, &pp, 1);
     }
     if (!file == !ids_file) return kvq_tool_die(P, "give a text file (-f FILE) or token ids (--ids FILE)");
     if (kl_exact && (kl_base >= 0 || exact)) return kvq_tool_die(P, "--kl-exact goes with neither --kl-base nor --exact");

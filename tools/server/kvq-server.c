@@ -124,18 +124,6 @@ int main(int argc, char **argv) {
     int pr = parse(argc, argv, &o);
     if (pr) return pr < 0 ? 0 : 1;
     if (!o.model_dir && !(o.model_dir = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model is not found");
-    if (o.plan) return kvq_tool_plan(P, o.model_dir, o.n_ctx, o.type_k, o.type_v, o.threads, (int)o.n_slots);
-    if (!o.alias && kvq_tool_hub_name(o.model_dir)) o.alias = o.model_dir; /* the API names it ORG/NAME, not by its commit */
-    if (kvq_tool_model_dir(P, &o.model_dir, 1) || kvq_tool_model_dir(P, &o.draft_dir, 1)) return 1;
-
-    /* SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
     kvq_model_params mp = kvq_model_default_params();
     mp.backend = o.backend;
     mp.n_gpu_layers = o.ngl;
@@ -147,6 +135,18 @@ int main(int argc, char **argv) {
     mp.aqlm_lut8 = o.aqlm_lut8;
     mp.aqlm_i8 = o.aqlm_i8;
     mp.exact = o.exact;
+    if (o.plan) return kvq_tool_plan(P, o.model_dir, o.n_ctx, o.type_k, o.type_v, &mp, (int)o.n_slots);
+    if (!o.alias && kvq_tool_hub_name(o.model_dir)) o.alias = o.model_dir; /* the API names it ORG/NAME, not by its commit */
+    if (kvq_tool_model_dir(P, &o.model_dir, 1) || kvq_tool_model_dir(P, &o.draft_dir, 1)) return 1;
+
+    /* SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
     double t0 = kvq_tool_now();
     kvq_model *m;
     if (kvq_model_load(o.model_dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
