@@ -361,6 +361,7 @@ int main(int argc, char **argv) {
     if (r) return r < 0 ? 0 : 1;
     if (!o.model && !(o.model = kvq_tool_demo_model()))
         return kvq_tool_die(P, "no -m given and the demo model (models/demo) was not found");
+    const char *shown = o.model; /* a hub name stays the name in messages, not its snapshot's path */
     if (!o.plan && (kvq_tool_model_dir(P, &o.model, 1) || kvq_tool_model_dir(P, &o.draft, 1))) return 1;
     int one = o.prompt || o.prompt_file;
     int tty = !one && isatty(STDIN_FILENO);
@@ -387,7 +388,7 @@ int main(int argc, char **argv) {
     kvq_status ls = kvq_model_load(o.model, &mp, &m);
     chat_progress_stop(&prog);
     if (ls != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
-    fprintf(stderr, "%s: loaded %s in %.2f s: %s\n", P, o.model, kvq_tool_now() - t0, kvq_model_desc(m));
+    fprintf(stderr, "%s: loaded %s in %.2f s: %s\n", P, shown, kvq_tool_now() - t0, kvq_model_desc(m));
     kvq_tool_report_backend(P, m);
     o.n_ctx = kvq_tool_ctx(o.n_ctx, m);
     int train = kvq_model_n_ctx_train(m);
