@@ -4,7 +4,8 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import { hubWithRepos, tmpHome, repoDir, run, chatArgs, listTree, DEMO, HAVE_SHARDED } from "./lib.mjs";
+import { spawn } from "node:child_process";
+import { hubWithRepos, tmpHome, repoDir, run, chatArgs, DEMO, HAVE_SHARDED, ROOT, BUILD } from "./lib.mjs";
 
 let hub, demoRef;
 const SIZE = fs.statSync(path.join(DEMO, "model.safetensors")).size;
@@ -164,6 +165,22 @@ test("--plan reads config.json and 8 bytes of each weight file, and prints the f
   assert.match(p2.stdout, /^download: 0 B in 1 weight file \(32\.2 MiB already here\)/m);
   assert.match(p2.stdout, /^placement: gpu_layers=\d+\/4 gpu_mib=[0-9.]+ cpu_mib=[0-9.]+ /m);
   assert.deepEqual(hub.requests, []);
+});
+
+test("tools/model-catalog.sh makes its table from --plan", async () => {
+  const home = tmpHome("catalog");
+  const out = await new Promise((resolve) => {
+    const p = spawn("sh", [path.join(ROOT, "tools/model-catalog.sh"), "-b", BUILD, "kvq-test/demo", "kvq-test/missing"],
+      { env: { ...process.env, HF_HOME: home, HF_ENDPOINT: hub.url } });
+    let s = "";
+    p.stdout.on("data", (d) => (s += d));
+    p.on("close", (code) => resolve({ code, s }));
+  });
+  assert.equal(out.code, 0);
+  const rows = out.s.trim().split("\n");
+  assert.equal(rows.length, 4);
+  assert.match(rows[2], /^\| kvq-test\/demo \| LlamaForCausalLM \| AQLM 2x8 \| 32\.2 MiB (\| [0-9.]+ GiB ){4}\|$/);
+  assert.match(rows[3], /^\| kvq-test\/missing \| kvq-chat: kvq-test\/missing: not found/);
 });
 
 test("errors, one line each", async (t) => {
