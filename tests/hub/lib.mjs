@@ -63,16 +63,3 @@ export function run(tool, args, { home, hub, env = {} } = {}) {
 
 // A one-token greedy continuation: enough to load every weight and run a step.
 export const chatArgs = (model) => ["-m", model, "-p", "The jury said", "-n", "1", "--temp", "0", "-c", "64"];
-
-export function listTree(dir) {
-  const out = [];
-  const walk = (d) => {
-    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
-      const p = path.join(d, e.name);
-      out.push(path.relative(dir, p));
-      if (e.isDirectory()) walk(p);
-    }
-  };
-  if (fs.existsSync(dir)) walk(dir);
-  return out;
-}
