@@ -28,7 +28,7 @@ int kvq_bench_batch_sweep(kvq_model *m, long pp, long reps, int tk, int tv);
 static int usage(FILE *f) {
     fprintf(f, "usage: kvq-bench model [-m DIR] [-p N] [-n N] [-t N] [-ctk T] [-ctv T] [--reps N] [--backend B] [-ngl N] [--device D] [--aqlm-cb8] [--aqlm-lut8] [--no-aqlm-i8] [--exact] [--plan] [--profile] [--batch-sweep]\n"
                "       kvq-bench model --synthetic NAME --scheme 2x8|1x16 [--synthetic-dir D]\n"
-               "  -m      model directory (default: the demo model)\n"
+               "  -m      model directory (default: the demo model), or ORG/NAME[:REV] (alias -hf)\n"
                "  --synthetic  a real-shape AQLM checkpoint with random codes, written once under D: llama2-7b,\n"
                "          llama2-13b, llama3-8b, llama3-70b, mistral-7b, mixtral-8x7b, command-r, gemma-2b, phi3-mini, qwen2-7b\n"
                "          (default $TMPDIR/kvq-synth) and loaded from there; defaults -p 512 -n 32 --reps 1\n"
@@ -185,7 +185,7 @@ int kvq_bench_model(int argc, char **argv) {
         }
         if (!v) return kvq_tool_die(P, "unknown option or missing value: %s (see --help)", a);
         i++;
-        if (!strcmp(a, "-m")) dir = v;
+        if (kvq_tool_is_model_flag(a)) dir = v;
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers")) { if (kvq_tool_parse_ngl(v, &ngl)) goto bad; }
         else if (!strcmp(a, "--device")) device = v;
@@ -196,13 +196,15 @@ int kvq_bench_model(int argc, char **argv) {
         else if (!strcmp(a, "-n")) { if (kvq_tool_parse_int(v, 1, 1 << 20, &tg)) goto bad; }
         else if (!strcmp(a, "-t")) { if (kvq_tool_parse_int(v, 1, 1024, &threads)) goto bad; }
         else if (!strcmp(a, "--reps")) { if (kvq_tool_parse_int(v, 1, 1000, &reps)) goto bad; }
-        else if (!strcmp(a, "-ctk")) { if ((tk = kvq_cache_type_parse(v)) < 0) goto bad; types_given = 1; }
-        else if (!strcmp(a, "-ctv")) { if ((tv = kvq_cache_type_parse(v)) < 0) goto bad; types_given = 1; }
+        else if (!strcmp(a, "-ctk")) { if ((tk = kvq_tool_parse_cache_type(v)) < 0) goto bad_type; types_given = 1; }
+        else if (!strcmp(a, "-ctv")) { if ((tv = kvq_tool_parse_cache_type(v)) < 0) goto bad_type; types_given = 1; }
         else if (!strcmp(a, "--depth")) { if ((n_depths = kvq_bench_depth_parse(v, depths, DEPTHS_MAX)) < 1) goto bad; }
         else return kvq_tool_die(P, "unknown option '%s' (see --help)", a);
         continue;
     bad:
         return kvq_tool_die(P, "bad value '%s' for %s", v, a);
+    bad_type:
+        return kvq_tool_die(P, "bad value '%s' for %s: the cache types are " KVQ_TOOL_CACHE_TYPES, v, a);
     }
     char synth_dir[4096];
     double ckpt_bytes = 0;
@@ -217,6 +219,7 @@ int kvq_bench_model(int argc, char **argv) {
     if (tg < 0) tg = synth ? 32 : 128;
     if (reps < 0) reps = synth && !sweep ? 1 : 3;
     if (!dir && !(dir = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model was not found");
+    if (kvq_tool_model_dir(P, &dir, 1)) return 1;
     if (!synth) ckpt_bytes = checkpoint_bytes(dir);
     kvq_model_params mp = kvq_model_default_params();
     mp.n_threads = (int)threads;

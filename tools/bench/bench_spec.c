@@ -166,7 +166,7 @@ int kvq_bench_spec(int argc, char **argv) {
         }
         if (!v) return kvq_tool_die(P, "unknown option or missing value: %s (see --help)", a);
         i++;
-        if (!strcmp(a, "-m")) dir = v;
+        if (kvq_tool_is_model_flag(a)) dir = v;
         else if (!strcmp(a, "--synthetic")) synth = v;
         else if (!strcmp(a, "--scheme")) scheme = v;
         else if (!strcmp(a, "--synthetic-dir")) synth_root = v;
@@ -198,6 +198,7 @@ int kvq_bench_spec(int argc, char **argv) {
         dir = synth_dir;
     }
     if (!dir && !(dir = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model was not found");
+    if (kvq_tool_model_dir(P, &dir, 1) || (draft && strcmp(draft, "self") && kvq_tool_model_dir(P, &draft, 1))) return 1;
     if (!text && !file) text = "The jury said that the city of Atlanta should take steps to improve its schools, and";
 
     kvq_model_params mp = kvq_model_default_params();

@@ -19,7 +19,7 @@ typedef struct {
     long n_predict; /* -1: until end of turn or context; -2: not given */
     long n_ctx, n_batch, threads, keep, seed;
     kvq_sampler_params sp;
-    int type_k, type_v, kv_rotate, print_ids, verbose_prompt, no_display_prompt, chat, ignore_eos, aqlm_cb8, aqlm_lut8, aqlm_i8, exact;
+    int type_k, type_v, kv_rotate, print_ids, verbose_prompt, no_display_prompt, chat, ignore_eos, aqlm_cb8, aqlm_lut8, aqlm_i8, exact, plan;
     int ngl; /* -ngl: layers on the GPU backend, -1 all */
     const char *draft;        /* --draft DIR */
     long lookup, draft_max;   /* --lookup N (0: off), --draft-max K (0: the library's default) */

@@ -21,14 +21,16 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: kvq-chat [options]            conversation (stdin a TTY: line editing; else one turn per line)\n"
             "       kvq-chat -p TEXT [options]    generate a continuation of TEXT and exit\n"
-            "  -m, --model DIR       HF model directory (default: the bundled demo model)\n"
+            "  -m, --model DIR       HF model directory (default: the bundled demo model), or ORG/NAME[:REV]\n"
+            "                        (alias -hf): from the Hugging Face cache, else downloaded into it\n"
+            "  --plan                print download, disk, memory at -c and -ctk/-ctv, RAM, fit and speed; exit\n"
             "  -p, --prompt TEXT     prompt; print it and its continuation, then exit\n"
             "  -f, --file FILE       read the prompt from FILE\n"
             "  --chat                with -p/-f: wrap the prompt in the chat template as one user turn\n"
             "  --no-display-prompt   with -p/-f: print the continuation alone\n"
             "  -n, --n-predict N     tokens to generate (-1: until end of turn or full context;\n"
             "                        default 128 with -p, -1 in a conversation)\n"
-            "  -c, --ctx-size N      context length (default: min(trained, 4096))\n"
+            "  -c, --ctx-size N      context length (default: min(trained, 4096); 0: the trained context)\n"
             "  -b, --batch-size N    prompt tokens per forward pass (default 512)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "  --chat-template NAME  none, llama2, llama3, mistral, chatml, phi3, gemma, command-r\n"
@@ -43,8 +45,8 @@ static void usage(FILE *f) {
             "  --repeat-penalty F    repeat penalty (default 1.0 = off)\n"
             "  --repeat-last-n N     tokens the penalty looks back at (default 64)\n"
             "  --seed S              sampling seed (default -1: random; shown by /stats)\n"
-            "  -ctk, --cache-type-k T   K cache type: f32, f16, q8, q4 (default f16)\n"
-            "  -ctv, --cache-type-v T   V cache type: f32, f16, q8, q4 (default f16)\n"
+            "  -ctk, --cache-type-k T   K cache type: f32, f16, q8 (q8_0), q4 (q4_0) (default f16)\n"
+            "  -ctv, --cache-type-v T   V cache type: f32, f16, q8 (q8_0), q4 (q4_0) (default f16)\n"
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
             "  -ngl, --n-gpu-layers N  with a GPU backend: the last N layers (and the LM head) on it, the\n"
@@ -84,7 +86,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
     o->ngl = -1;
     o->aqlm_i8 = 1;
     const kvq_tool_model_flags mf = {&o->model, &o->backend, &o->device, &o->n_ctx, &o->n_batch, &o->threads,
-                                     &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->aqlm_i8, &o->ngl, &o->exact};
+                                     &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->aqlm_i8, &o->ngl, &o->exact, &o->plan};
     for (int i = 1; i < argc; i++) {
         int mr = kvq_tool_model_flag(P, &mf, argc, argv, &i);
         if (mr < 0) return 1;
@@ -360,6 +362,8 @@ int main(int argc, char **argv) {
     if (r) return r < 0 ? 0 : 1;
     if (!o.model && !(o.model = kvq_tool_demo_model()))
         return kvq_tool_die(P, "no -m given and the demo model (models/demo) was not found");
+    const char *shown = o.model; /* a hub name stays the name in messages, not its snapshot's path */
+    if (!o.plan && (kvq_tool_model_dir(P, &o.model, 1) || kvq_tool_model_dir(P, &o.draft, 1))) return 1;
     int one = o.prompt || o.prompt_file;
     int tty = !one && isatty(STDIN_FILENO);
     if (tty) { /* libedit edits and shows UTF-8 only in a UTF-8 locale */
@@ -370,13 +374,14 @@ int main(int argc, char **argv) {
     mp.n_threads = (int)o.threads;
     mp.backend = o.backend;
     mp.n_gpu_layers = o.ngl;
-    mp.plan_ctx = (int)o.n_ctx;
+    mp.plan_ctx = o.n_ctx > 0 ? (int)o.n_ctx : 0;
     mp.plan_type_k = (int)o.type_k, mp.plan_type_v = (int)o.type_v;
     mp.device = o.device;
     mp.aqlm_cb8 = o.aqlm_cb8;
     mp.aqlm_lut8 = o.aqlm_lut8;
     mp.aqlm_i8 = o.aqlm_i8;
     mp.exact = o.exact;
+    if (o.plan) return kvq_tool_plan(P, o.model, o.n_ctx, o.type_k, o.type_v, &mp, 1);
     double t0 = kvq_tool_now();
     kvq_model *m;
     chat_progress prog;
@@ -384,8 +389,9 @@ int main(int argc, char **argv) {
     kvq_status ls = kvq_model_load(o.model, &mp, &m);
     chat_progress_stop(&prog);
     if (ls != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
-    fprintf(stderr, "%s: loaded %s in %.2f s: %s\n", P, o.model, kvq_tool_now() - t0, kvq_model_desc(m));
+    fprintf(stderr, "%s: loaded %s in %.2f s: %s\n", P, shown, kvq_tool_now() - t0, kvq_model_desc(m));
     kvq_tool_report_backend(P, m);
+    o.n_ctx = kvq_tool_ctx(o.n_ctx, m);
     int train = kvq_model_n_ctx_train(m);
     if (train > 0 && o.n_ctx > train)
         fprintf(stderr, "%s: warning: -c %ld is above the model's trained context (%d); quality past it is not assured\n", P,

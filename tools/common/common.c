@@ -119,7 +119,8 @@ int kvq_tool_model_flag(const char *prog, const kvq_tool_model_flags *f, int arg
     if (FLAG_IS("--exact", "--exact")) return *f->exact = 1;
     if (FLAG_IS("--kv-rotate", "--kv-rotate")) return (*f->kv_rotate = 1);
     if (FLAG_IS("--no-kv-rotate", "--no-kv-rotate")) return (*f->kv_rotate = 0) + 1;
-    static const char *const valued[] = {"-m",  "--model",   "--backend",    "--device",         "-ngl", "--n-gpu-layers",
+    if (f->plan && FLAG_IS("--plan", "--plan")) return *f->plan = 1;
+    static const char *const valued[] = {"-m",  "--model", "-hf", "--hf-repo", "--backend",    "--device",         "-ngl", "--n-gpu-layers",
                                          "--gpu-layers", "-c", "--ctx-size", "-b", "--batch-size", "-t", "--threads",
                                          "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"};
     int ours = 0;
@@ -128,15 +129,21 @@ int kvq_tool_model_flag(const char *prog, const kvq_tool_model_flags *f, int arg
     if (!v) return kvq_tool_die(prog, "option %s needs a value", a), -1;
     ++*i;
     int bad = 0;
-    if (FLAG_IS("-m", "--model")) *f->model = v;
+    if (kvq_tool_is_model_flag(a)) *f->model = v;
     else if (FLAG_IS("--backend", "--backend")) *f->backend = v;
     else if (FLAG_IS("--device", "--device")) *f->device = v;
     else if (FLAG_IS("-ngl", "--n-gpu-layers") || FLAG_IS("--gpu-layers", "--gpu-layers")) bad = kvq_tool_parse_ngl(v, f->ngl);
-    else if (FLAG_IS("-c", "--ctx-size")) bad = kvq_tool_parse_int(v, 0, 1 << 30, f->n_ctx);
+    else if (FLAG_IS("-c", "--ctx-size")) {
+        bad = kvq_tool_parse_int(v, 0, 1 << 30, f->n_ctx);
+        if (!bad && *f->n_ctx == 0) *f->n_ctx = KVQ_TOOL_CTX_TRAINED;
+    }
     else if (FLAG_IS("-b", "--batch-size")) bad = kvq_tool_parse_int(v, 1, 1 << 20, f->n_batch);
     else if (FLAG_IS("-t", "--threads")) bad = kvq_tool_parse_int(v, 1, 1024, f->threads);
-    else if (FLAG_IS("-ctk", "--cache-type-k")) bad = (*f->type_k = kvq_cache_type_parse(v)) < 0;
-    else bad = (*f->type_v = kvq_cache_type_parse(v)) < 0;
+    else if (FLAG_IS("-ctk", "--cache-type-k") || FLAG_IS("-ctv", "--cache-type-v")) {
+        int t = kvq_tool_parse_cache_type(v);
+        if (t < 0) return kvq_tool_die(prog, "bad value '%s' for %s: the cache types are " KVQ_TOOL_CACHE_TYPES, v, a), -1;
+        *(a[strlen(a) - 1] == 'k' ? f->type_k : f->type_v) = t;
+    }
     if (bad) return kvq_tool_die(prog, "bad value '%s' for %s", v, a), -1;
     return 1;
 }

@@ -35,7 +35,29 @@ typedef struct {
     const char **model, **backend, **device;
     long *n_ctx, *n_batch, *threads;
     int *type_k, *type_v, *kv_rotate, *aqlm_cb8, *aqlm_lut8, *aqlm_i8, *ngl, *exact;
+    int *plan; /* --plan; NULL: the tool has none */
 } kvq_tool_model_flags;
+
+/* -c 0: the model's trained context, known once it is loaded (kvq_tool_ctx). */
+#define KVQ_TOOL_CTX_TRAINED (-1L)
+struct kvq_model;
+long kvq_tool_ctx(long n_ctx, const struct kvq_model *m);
+
+/* -m, --model, -hf, --hf-repo */
+int kvq_tool_is_model_flag(const char *a);
+/* 1 when model is no existing directory but reads as a hub name ORG/NAME[:REVISION]. */
+int kvq_tool_hub_name(const char *model);
+/* A hub name in *model becomes the directory of its snapshot in the Hugging Face cache,
+ * downloaded first when the cache lacks it (weights only when need_weights); an existing
+ * directory or anything else is left as it is. 0, or 1 after printing one line. */
+int kvq_tool_model_dir(const char *prog, const char **model, int need_weights);
+/* f32, f16, q8, q4 and llama.cpp's q8_0, q4_0 (fp16, fp32); -1 when unknown. */
+int kvq_tool_parse_cache_type(const char *s);
+#define KVQ_TOOL_CACHE_TYPES "f32, f16, q8 (q8_0), q4 (q4_0)"
+/* --plan: download size, disk, memory at n_ctx (0: trained context) and the cache types for
+ * n_seq contexts (kvq-server's slots), RAM, whether it fits and a decode speed estimate, from
+ * config.json and the weights' headers only. Returns the tool's exit code. */
+int kvq_tool_plan(const char *prog, const char *model, long n_ctx, int type_k, int type_v, const kvq_model_params *mp, int n_seq);
 
 /* argv[*i] as one of those flags: 1 when it was (its value taken, *i advanced past it), 0 when it
  * is not one of them, -1 after printing one line when its value is missing or bad. */

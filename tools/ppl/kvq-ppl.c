@@ -18,14 +18,16 @@ static const char *P = "kvq-ppl";
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kvq-ppl -f TEXT [options]\n"
-            "  -m, --model DIR       HF model directory (default: the bundled demo model)\n"
+            "  -m, --model DIR       HF model directory (default: the bundled demo model), or ORG/NAME[:REV]\n"
+            "                        (alias -hf): from the Hugging Face cache, else downloaded into it\n"
+            "  --plan                print download, disk, memory at -c and -ctk/-ctv, RAM, fit and speed; exit\n"
             "  -f, --file TEXT       text file to score (tokenized without BOS)\n"
             "  --ids FILE            score token ids instead (whitespace-separated integers, e.g. a generated stream)\n"
             "  -c, --ctx-size N      tokens per chunk (default 512); each chunk is evaluated as BOS + N-1 tokens\n"
             "  --chunks K            score only the first K chunks (default: all)\n"
             "  -b, --batch-size N    tokens per forward pass (default: N of -c)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
-            "  -ctk, -ctv T          K / V cache types: f32, f16, q8, q4 (default f16)\n"
+            "  -ctk, -ctv T          K / V cache types: f32, f16, q8 (q8_0), q4 (q4_0) (default f16)\n"
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --kl-base T           also run with cache type T for K and V and report KL divergence against it\n"
             "  --kl-exact            report KL divergence against the same model with --exact (a second load)\n"
@@ -133,11 +135,11 @@ int main(int argc, char **argv) {
     long kl_at[KL_AT_MAX];
     int n_kl_at = 0;
     long n_ctx = 512, chunks = 0, n_batch = 0, threads = 0;
-    int tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1, cb8 = 0, lut8 = 0, i8 = 1, exact = 0, kl_exact = 0, ngl = -1;
+    int plan = 0, tk = KVQ_CACHE_F16, tv = KVQ_CACHE_F16, kl_base = -1, rot = -1, cb8 = 0, lut8 = 0, i8 = 1, exact = 0, kl_exact = 0, ngl = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate", "--aqlm-cb8", "--aqlm-lut8", "--aqlm-i8", "--no-aqlm-i8", "--exact", "--kl-exact"};
-        static const char *const valued[] = {"-m", "--model", "-f", "--file", "--backend", "--device", "-c", "--ctx-size", "--chunks",
+        static const char *const flags[] = {"-h", "--help", "--kv-rotate", "--no-kv-rotate", "--aqlm-cb8", "--aqlm-lut8", "--aqlm-i8", "--no-aqlm-i8", "--exact", "--kl-exact", "--plan"};
+        static const char *const valued[] = {"-m", "--model", "-hf", "--hf-repo", "-f", "--file", "--backend", "--device", "-c", "--ctx-size", "--chunks",
                                              "-b", "--batch-size", "-t", "--threads", "-ctk", "--cache-type-k", "-ctv",
                                              "--cache-type-v", "--kl-base", "-ngl", "--n-gpu-layers", "--ids", "--kl-at"};
         int takes = 0, known = 0;
@@ -154,7 +156,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-aqlm-i8")) i8 = 0;
         else if (!strcmp(a, "--exact")) exact = 1;
         else if (!strcmp(a, "--kl-exact")) kl_exact = 1;
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--plan")) plan = 1;
+        else if (kvq_tool_is_model_flag(a)) model = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
         else if (!strcmp(a, "--ids")) ids_file = v;
         else if (!strcmp(a, "--kl-at")) { if ((n_kl_at = parse_list(v, kl_at, KL_AT_MAX)) < 1) goto bad; }
@@ -165,13 +168,21 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--chunks")) { if (kvq_tool_parse_int(v, 0, 1 << 30, &chunks)) goto bad; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (kvq_tool_parse_int(v, 1, 1 << 24, &n_batch)) goto bad; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (kvq_tool_parse_int(v, 1, 1024, &threads)) goto bad; }
-        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) { if ((tk = kvq_cache_type_parse(v)) < 0) goto bad; }
-        else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) { if ((tv = kvq_cache_type_parse(v)) < 0) goto bad; }
-        else if (!strcmp(a, "--kl-base")) { if ((kl_base = kvq_cache_type_parse(v)) < 0) goto bad; }
+        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) { if ((tk = kvq_tool_parse_cache_type(v)) < 0) goto bad_type; }
+        else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) { if ((tv = kvq_tool_parse_cache_type(v)) < 0) goto bad_type; }
+        else if (!strcmp(a, "--kl-base")) { if ((kl_base = kvq_tool_parse_cache_type(v)) < 0) goto bad_type; }
         if (takes) i++;
         continue;
     bad:
         return kvq_tool_die(P, "bad value '%s' for %s", v, a);
+    bad_type:
+        return kvq_tool_die(P, "bad value '%s' for %s: the cache types are " KVQ_TOOL_CACHE_TYPES, v, a);
+    }
+    if (plan) {
+        if (!model && !(model = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model was not found");
+        kvq_model_params pp = kvq_model_default_params();
+        pp.n_threads = (int)threads, pp.backend = backend, pp.device = device, pp.n_gpu_layers = ngl;
+        return kvq_tool_plan(P, model, n_ctx, tk, tv, &pp, 1);
     }
     if (!file == !ids_file) return kvq_tool_die(P, "give a text file (-f FILE) or token ids (--ids FILE)");
     if (kl_exact && (kl_base >= 0 || exact)) return kvq_tool_die(P, "--kl-exact goes with neither --kl-base nor --exact");
@@ -180,6 +191,7 @@ int main(int argc, char **argv) {
         if (kl_at[i] > n_ctx || kl_at[i] < KL_WINDOW)
             return kvq_tool_die(P, "--kl-at %ld: positions must lie in %d..%ld (-c)", kl_at[i], KL_WINDOW, n_ctx);
     if (!model && !(model = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model was not found");
+    if (kvq_tool_model_dir(P, &model, 1)) return 1;
     if (!n_batch || n_batch > n_ctx) n_batch = n_ctx;
 
     int32_t *ids = NULL;

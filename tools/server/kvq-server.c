@@ -17,18 +17,20 @@ static const char *P = "kvq-server";
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kvq-server [-m DIR] [--host ADDR] [--port N] [-np N] [-c N] [options]\n"
-            "  -m, --model DIR       HF model directory (default: the bundled demo model)\n"
+            "  -m, --model DIR       HF model directory (default: the bundled demo model), or ORG/NAME[:REV]\n"
+            "                        (alias -hf): from the Hugging Face cache, else downloaded into it\n"
+            "  --plan                print download, disk, memory at -c and -ctk/-ctv, RAM, fit and speed; exit\n"
             "  --host ADDR           address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)\n"
             "  --port N              TCP port (default 8080; 0 picks a free one). The bound address is\n"
             "                        printed on stdout: 'kvq-server: listening on http://ADDR:PORT'\n"
             "  -np, --parallel N     slots: conversations generated at once (default 4)\n"
-            "  -c, --ctx-size N      context length of each slot (default: min(trained, 4096))\n"
+            "  -c, --ctx-size N      context length of each slot (default: min(trained, 4096); 0: trained)\n"
             "  --queue N             requests that may wait for a slot; beyond, 503 (default 64)\n"
             "  --chunk N             prompt tokens read per step between decode steps (default 256)\n"
             "  -b, --batch-size N    tokens per forward pass (default 512)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
-            "  -ctk, --cache-type-k T   K cache type: f32, f16, q8, q4 (default f16)\n"
-            "  -ctv, --cache-type-v T   V cache type: f32, f16, q8, q4 (default f16)\n"
+            "  -ctk, --cache-type-k T   K cache type: f32, f16, q8 (q8_0), q4 (q4_0) (default f16)\n"
+            "  -ctv, --cache-type-v T   V cache type: f32, f16, q8 (q8_0), q4 (q4_0) (default f16)\n"
             "  --kv-rotate / --no-kv-rotate   Hadamard-rotate quantized K/V (default: on for q4)\n"
             "  --backend NAME        auto (default: a GPU when present, else the CPU), cpu or vulkan\n"
             "  --device N|NAME       GPU device index or part of its name (also KVQ_VK_DEVICE)\n"
@@ -69,7 +71,7 @@ static int parse(int argc, char **argv, srv_opts *o) {
     o->kv_rotate = -1;
     o->aqlm_i8 = 1;
     const kvq_tool_model_flags mf = {&o->model_dir, &o->backend, &o->device, &o->n_ctx, &o->n_batch, &o->threads,
-                                     &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->aqlm_i8, &o->ngl, &o->exact};
+                                     &o->type_k, &o->type_v, &o->kv_rotate, &o->aqlm_cb8, &o->aqlm_lut8, &o->aqlm_i8, &o->ngl, &o->exact, &o->plan};
     for (int i = 1; i < argc; i++) {
         int mr = kvq_tool_model_flag(P, &mf, argc, argv, &i);
         if (mr < 0) return 1;
@@ -123,6 +125,20 @@ int main(int argc, char **argv) {
     int pr = parse(argc, argv, &o);
     if (pr) return pr < 0 ? 0 : 1;
     if (!o.model_dir && !(o.model_dir = kvq_tool_demo_model())) return kvq_tool_die(P, "no -m given and the demo model is not found");
+    kvq_model_params mp = kvq_model_default_params();
+    mp.backend = o.backend;
+    mp.n_gpu_layers = o.ngl;
+    mp.plan_ctx = o.n_ctx > 0 ? (int)o.n_ctx : 0;
+    mp.plan_type_k = (int)o.type_k, mp.plan_type_v = (int)o.type_v;
+    mp.device = o.device;
+    mp.n_threads = (int)o.threads;
+    mp.aqlm_cb8 = o.aqlm_cb8;
+    mp.aqlm_lut8 = o.aqlm_lut8;
+    mp.aqlm_i8 = o.aqlm_i8;
+    mp.exact = o.exact;
+    if (o.plan) return kvq_tool_plan(P, o.model_dir, o.n_ctx, o.type_k, o.type_v, &mp, (int)o.n_slots);
+    if (!o.alias && kvq_tool_hub_name(o.model_dir)) o.alias = o.model_dir; /* the API names it ORG/NAME, not by its commit */
+    if (kvq_tool_model_dir(P, &o.model_dir, 1) || kvq_tool_model_dir(P, &o.draft_dir, 1)) return 1;
 
     /* SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts */
     sigset_t sigs;
@@ -132,17 +148,6 @@ int main(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    kvq_model_params mp = kvq_model_default_params();
-    mp.backend = o.backend;
-    mp.n_gpu_layers = o.ngl;
-    mp.plan_ctx = (int)o.n_ctx;
-    mp.plan_type_k = (int)o.type_k, mp.plan_type_v = (int)o.type_v;
-    mp.device = o.device;
-    mp.n_threads = (int)o.threads;
-    mp.aqlm_cb8 = o.aqlm_cb8;
-    mp.aqlm_lut8 = o.aqlm_lut8;
-    mp.aqlm_i8 = o.aqlm_i8;
-    mp.exact = o.exact;
     double t0 = kvq_tool_now();
     kvq_model *m;
     if (kvq_model_load(o.model_dir, &mp, &m) != KVQ_OK) return kvq_tool_die(P, "%s", kvq_last_error());
@@ -157,6 +162,7 @@ int main(int argc, char **argv) {
         kvq_model_free(m);
         return kvq_tool_die(P, "%s", kvq_last_error());
     }
+    o.n_ctx = kvq_tool_ctx(o.n_ctx, m);
     if (o.n_ctx > kvq_model_n_ctx_train(m))
         fprintf(stderr, "%s: -c %ld is above the trained context (%d)\n", P, o.n_ctx, kvq_model_n_ctx_train(m));
 

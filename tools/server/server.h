@@ -195,7 +195,7 @@ typedef struct {
     const char *model_dir, *backend, *device, *chat_template, *alias, *api_key, *host;
     long port, n_slots, n_ctx, n_batch, chunk, threads, queue;
     int ngl; /* -ngl: layers on the GPU backend, -1 all */
-    int type_k, type_v, kv_rotate, aqlm_cb8, aqlm_lut8, aqlm_i8, exact;
+    int type_k, type_v, kv_rotate, aqlm_cb8, aqlm_lut8, aqlm_i8, exact, plan;
     const char *slot_save_path; /* --slot-save-path: the directory slot save/restore files live in */
     long prefix_mib; /* --prefix-cache MIB: slots' caches kept in slot_save_path for new requests; 0 off */
     const char *draft_dir; /* --draft: the draft model; or --lookup N (prompt lookup); both unset: off */

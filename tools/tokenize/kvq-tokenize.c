@@ -15,7 +15,8 @@ static const char *PROG = "kvq-tokenize";
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kvq-tokenize [-m DIR] (-p TEXT | -f FILE | --chat FILE) [--bos] [--decode]\n"
-            "  -m DIR      model or tokenizer directory (default: the demo model)\n"
+            "  -m DIR      model or tokenizer directory (default: the demo model), or ORG/NAME[:REV]\n"
+            "              (alias -hf): from the Hugging Face cache, else its config and tokenizer downloaded\n"
             "  -p TEXT     text to tokenize\n"
             "  -f FILE     read the text from FILE\n"
             "  --bos       prepend the BOS token when the tokenizer has one\n"
@@ -126,9 +127,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--chat") || !strcmp(a, "--chat-template")) {
             if (i + 1 >= argc) return kvq_tool_die(PROG, "%s needs a value (see --help)", a);
             *(strcmp(a, "--chat") ? &tmpl : &chat) = argv[++i];
-        } else if (!strcmp(a, "-m") || !strcmp(a, "-p") || !strcmp(a, "-f")) {
+        } else if (kvq_tool_is_model_flag(a) || !strcmp(a, "-p") || !strcmp(a, "-f")) {
             if (i + 1 >= argc) return kvq_tool_die(PROG, "%s needs a value (see --help)", a);
-            const char **dst = a[1] == 'm' ? &dir : a[1] == 'p' ? &text : &file;
+            const char **dst = kvq_tool_is_model_flag(a) ? &dir : a[1] == 'p' ? &text : &file;
             *dst = argv[++i];
         } else {
             return kvq_tool_die(PROG, "unknown argument '%s' (see --help)", a);
@@ -137,6 +138,7 @@ int main(int argc, char **argv) {
     if (!!text + !!file + !!chat != 1) return kvq_tool_die(PROG, "give exactly one of -p TEXT, -f FILE or --chat FILE (see --help)");
     if (!dir && !(dir = kvq_tool_demo_model()))
         return kvq_tool_die(PROG, "no -m DIR given and no demo model found");
+    if (kvq_tool_model_dir(PROG, &dir, 0)) return 1; /* the tokenizer needs no weights */
 
     char *buf = NULL;
     size_t len;
