@@ -255,10 +255,10 @@ static double now_s(void) {
  * on the noise. Gathers are fast on Intel cores without the Gather Data
  * Sampling fix and on Zen 4/5, slow (microcoded) on Zen 1-3 and on Intel
  * cores with the fix, so no vendor rule fits. 16 steps of 4096 rows (64 KB of
- * codes, 16 KB of tables, as one decode chunk), each kernel 5 times in turn,
- * best of each: about 1 ms, once per process. Without memory: gathers. */
+ * codes, 16 KB of tables, as one decode chunk), each kernel 9 times in turn,
+ * best of each: about 2 ms, once per process. Without memory: gathers. */
 static int probe_loads_faster(void) {
-    enum { ROWS = 4096, STEPS = 16, REPS = 5 };
+    enum { ROWS = 4096, STEPS = 16, REPS = 9 };
     uint8_t *codes = kvq_alloc_aligned((size_t)ROWS * STEPS);
     float *lut = kvq_alloc_aligned(sizeof(float) * 256 * STEPS), *acc = kvq_alloc_aligned(sizeof(float) * ROWS);
     int loads = 0;

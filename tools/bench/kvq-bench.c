@@ -7,6 +7,7 @@
 
 int kvq_bench_attn(int argc, char **argv);
 int kvq_bench_aqlm(int argc, char **argv);
+int kvq_bench_isa(int argc, char **argv);
 int kvq_bench_model(int argc, char **argv);
 int kvq_bench_vk_aqlm(int argc, char **argv);
 int kvq_bench_longctx(int argc, char **argv);
@@ -19,6 +20,8 @@ static const struct {
 } CMDS[] = {
     {"attn", "decode attention from f16/q8/q4 KV caches (tools/bench/bench_attn.c)", kvq_bench_attn},
     {"aqlm", "AQLM decode GEMV (tools/bench/bench_aqlm.c)", kvq_bench_aqlm},
+    {"isa", "every CPU class this machine runs, side by side: GEMV ratios, 7B speed, lookup ceiling (bench_isa.c)",
+     kvq_bench_isa},
     {"step", "AQLM matmul of a 1-16 token step, CPU time, and its ceilings (tools/bench/bench_step.c)", kvq_bench_step},
     {"model", "whole-model prompt and decode speed (tools/bench/bench_model.c)", kvq_bench_model},
     {"spec", "speculative decoding against plain decode, same run (tools/bench/bench_spec.c)", kvq_bench_spec},
