@@ -355,6 +355,11 @@ KVQ_API int kvq_json_constraint_complete(const kvq_json_constraint *c);
 /* Samples under the constraint: the sampler's pick when allowed, else a pick from the masked
  * logits (the mask is computed only then). Does not accept the token. */
 KVQ_API int32_t kvq_json_constraint_sample(kvq_json_constraint *c, kvq_sampler *s, const float *logits, int n_vocab);
+/* Layout: 0 (the default) compact, no blank outside strings and escapes only where
+ * JSON.stringify writes them; 1 pretty, blanks between tokens (at most 16 a gap, one newline). */
+KVQ_API void kvq_json_constraint_set_layout(kvq_json_constraint *c, int pretty);
+/* Keywords of a non-strict schema that are not enforced, comma-separated ("" when none). */
+KVQ_API const char *kvq_json_constraint_ignored(const kvq_json_constraint *c);
 /* Starts over for a new value. */
 KVQ_API void kvq_json_constraint_reset(kvq_json_constraint *c);
 KVQ_API void kvq_json_constraint_free(kvq_json_constraint *c);

@@ -13,9 +13,10 @@
 
 struct kvq_json_constraint {
     js_schema *s;
-    js_state st;
+    js_set st;
     const js_vocab *v; /* the tokenizer's, shared (json_vocab.c); NULL: bytes only */
-    js_state *path;    /* path[k]: the state after k bytes of the token being tried */
+    js_set *path;      /* path[k]: the paths after k bytes of the token being tried */
+    js_set tmp[2];     /* a token's bytes fed in turn */
     float *scratch;
 };
 
@@ -39,7 +40,7 @@ kvq_json_constraint *kvq_json_constraint_new(const kvq_tokenizer *tok, const cha
         kvq_fail(KVQ_ERR_ARG, "json schema: %s", e);
         return NULL;
     }
-    js_start(&c->st, c->s);
+    js_set_start(&c->st, c->s);
     return c;
 }
 
@@ -52,33 +53,45 @@ void kvq_json_constraint_free(kvq_json_constraint *c) {
 }
 
 void kvq_json_constraint_reset(kvq_json_constraint *c) {
-    if (c) js_start(&c->st, c->s);
+    if (c) js_set_start(&c->st, c->s);
 }
 
 int kvq_json_constraint_complete(const kvq_json_constraint *c) {
-    return !c ? 0 : js_is_done(&c->st) ? 2 : js_can_end(&c->st) ? 1 : 0;
+    return !c ? 0 : js_set_is_done(&c->st) ? 2 : js_set_can_end(&c->st) ? 1 : 0;
 }
 
-/* Feeds n bytes to a copy of the state; 0 when all are taken (*out holds the result). */
-static int try_bytes(const js_state *from, const uint8_t *p, size_t n, js_state *out) {
-    js_copy(out, from);
-    for (size_t i = 0; i < n; i++)
-        if (js_feed(out, p[i])) return -1;
-    return 0;
+const char *kvq_json_constraint_ignored(const kvq_json_constraint *c) { return c ? c->s->ignored : ""; }
+
+void kvq_json_constraint_set_layout(kvq_json_constraint *c, int pretty) {
+    if (c) c->s->pretty = pretty != 0;
+}
+
+/* Feeds n bytes to the paths, in c->tmp; the set they end in, or NULL when refused. */
+static const js_set *try_bytes(kvq_json_constraint *c, const uint8_t *p, size_t n) {
+    const js_set *cur = &c->st;
+    for (size_t i = 0; i < n; i++) {
+        js_set *next = &c->tmp[i & 1];
+        js_set_step(cur, p[i], next);
+        if (!next->n) return NULL;
+        cur = next;
+    }
+    return cur;
 }
 
 int kvq_json_constraint_allows(const kvq_json_constraint *c, int32_t id) {
     if (!c || !c->v || id < 0 || id >= c->v->n_vocab) return 0;
-    if (c->v->eog[id]) return js_can_end(&c->st);
+    if (c->v->eog[id]) return js_set_can_end(&c->st);
     if (!c->v->len[id]) return 0;
-    js_state tmp;
-    return !try_bytes(&c->st, c->v->bytes + c->v->off[id], c->v->len[id], &tmp);
+    /* the scratch sets are the constraint's own, not part of its value */
+    return try_bytes((kvq_json_constraint *)c, c->v->bytes + c->v->off[id], c->v->len[id]) != NULL;
 }
 
 int kvq_json_constraint_feed(kvq_json_constraint *c, const char *text, size_t len) {
-    js_state tmp;
-    if (!c || try_bytes(&c->st, (const uint8_t *)text, len, &tmp)) return -1;
-    js_copy(&c->st, &tmp);
+    if (!c) return -1;
+    if (!len) return 0;
+    const js_set *r = try_bytes(c, (const uint8_t *)text, len);
+    if (!r) return -1;
+    js_set_copy(&c->st, r);
     return 0;
 }
 
@@ -92,14 +105,14 @@ void kvq_json_constraint_apply(kvq_json_constraint *c, float *logits, int n_voca
     if (!c || !c->v || !logits) return;
     int n = n_vocab < c->v->n_vocab ? n_vocab : c->v->n_vocab;
     /* allowed ids keep their logit: save them, clear all, put them back */
-    int can_end = js_can_end(&c->st), any = 0;
+    int can_end = js_set_can_end(&c->st), any = 0;
     float *keep = c->scratch;
     for (int i = 0; i < n; i++) {
         keep[i] = logits[i];
         logits[i] = -INFINITY;
     }
     for (int i = n; i < n_vocab; i++) logits[i] = -INFINITY;
-    js_copy(&c->path[0], &c->st);
+    js_set_copy(&c->path[0], &c->st);
     int good = 0;      /* path[0..good] hold the states of the previous token's prefix */
     int fail_at = -1;  /* the previous token failed at this byte (-1: it did not) */
     for (int k = 0; k < c->v->n_order; k++) {
@@ -110,8 +123,8 @@ void kvq_json_constraint_apply(kvq_json_constraint *c, float *logits, int n_voca
         if (l > good) l = good;
         fail_at = -1;
         for (int i = l; i < len; i++) {
-            js_copy(&c->path[i + 1], &c->path[i]);
-            if (js_feed(&c->path[i + 1], p[i])) {
+            js_set_step(&c->path[i], p[i], &c->path[i + 1]);
+            if (!c->path[i + 1].n) {
                 fail_at = i;
                 break;
             }

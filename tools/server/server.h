@@ -64,6 +64,7 @@ typedef struct {
     long n;            /* choices (1..SRV_MAX_CHOICES; at most the server's slots) */
     int json_mode, json_strict; /* response_format (SRV_JSON_*); strict: json_schema.strict */
     char *json_schema;          /* json_schema's schema as text; NULL: any object */
+    int json_pretty;            /* "kvq_layout": "pretty": blanks allowed between JSON tokens (default compact) */
 } srv_params;
 
 /* server_tools_request.c: tools, tool_choice, tool_calls and tool_call_id. */
@@ -107,6 +108,9 @@ void srv_params_free(srv_params *p);
 struct cJSON;
 int srv_parse_response_format(const struct cJSON *j, srv_params *p, srv_error *e);
 kvq_json_constraint *srv_json_constraint(const kvq_tokenizer *tok, const srv_params *p, srv_error *e);
+/* "system_fingerprint": "kvq", or "kvq schema-ignored=kw1,kw2" naming the keywords of a
+ * non-strict response_format schema that were not enforced. */
+void srv_add_fingerprint(struct cJSON *j, const kvq_json_constraint *c);
 
 /* POST /tokenize {"content": str, "add_special": bool}; /detokenize {"tokens": [int]}. */
 int srv_parse_tokenize(const char *body, size_t len, char **content, int *add_special, srv_error *e);

@@ -3,12 +3,24 @@
  * the supported subset is a 400 then, not an error halfway through a reply), compiled on the
  * model's vocabulary when the request is submitted. */
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server.h"
 
+/* "kvq_layout": "compact" (the default) or "pretty", for response_format and forced calls. */
+static int parse_layout(const cJSON *j, srv_params *p, srv_error *e) {
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "kvq_layout");
+    if (!l || cJSON_IsNull(l)) return 0;
+    if (!cJSON_IsString(l) || (strcmp(l->valuestring, "compact") && strcmp(l->valuestring, "pretty")))
+        return srv_fail(e, 400, "invalid_value", "'kvq_layout' must be \"compact\" or \"pretty\"");
+    p->json_pretty = !strcmp(l->valuestring, "pretty");
+    return 0;
+}
+
 int srv_parse_response_format(const cJSON *j, srv_params *p, srv_error *e) {
+    if (parse_layout(j, p, e)) return -1;
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(j, "response_format");
     if (!rf || cJSON_IsNull(rf)) return 0;
     if (!cJSON_IsObject(rf)) return srv_fail(e, 400, "invalid_type", "'response_format' must be an object");
@@ -47,5 +59,13 @@ kvq_json_constraint *srv_json_constraint(const kvq_tokenizer *tok, const srv_par
     char err[256];
     kvq_json_constraint *c = kvq_json_constraint_new(tok, p->json_schema, p->json_strict, err, sizeof err);
     if (!c) srv_fail(e, 400, "invalid_json_schema", "response_format.json_schema.schema: %s", err);
+    kvq_json_constraint_set_layout(c, p->json_pretty);
     return c;
+}
+
+void srv_add_fingerprint(cJSON *j, const kvq_json_constraint *c) {
+    const char *ig = c ? kvq_json_constraint_ignored(c) : "";
+    char fp[300];
+    snprintf(fp, sizeof fp, "kvq%s%s", *ig ? " schema-ignored=" : "", ig);
+    cJSON_AddStringToObject(j, "system_fingerprint", fp);
 }
