@@ -201,6 +201,37 @@ static int char_done(js_state *st, const js_node *n) {
     return js_pat_partial(n, st->sbuf, st->slen) ? 0 : -1;
 }
 
+/* Part of a character is in a checked string's text (`need` UTF-8 bytes still due): some
+ * character it can become keeps the text matchable. Tries every next byte, and the deeper
+ * ones at two values (a yes is always right; a no may miss a rare character, which only
+ * narrows what is written). Without this a token holding a lead byte could lead nowhere. */
+static int can_complete(js_state *st, const js_node *n, int need) {
+    uint16_t len = st->slen;
+    if (len + need > JS_MAX_PAT) return 0;
+    int ok = 0;
+    for (int b = 0x80; b <= 0xBF && !ok; b++) {
+        st->sbuf[len] = (uint8_t)b;
+        for (int k = 1; k < need; k++) st->sbuf[len + k] = 0x80;
+        ok = js_pat_partial(n, st->sbuf, len + (size_t)need);
+        if (!ok && need > 1) {
+            for (int k = 1; k < need; k++) st->sbuf[len + k] = 0xBF;
+            ok = js_pat_partial(n, st->sbuf, len + (size_t)need);
+        }
+    }
+    return ok ? 0 : -1;
+}
+
+/* After a backslash in a checked string: some escape keeps the text matchable. */
+static int escape_possible(js_state *st, const js_node *n) {
+    static const char dec[] = "\"\\\b\f\n\r\t/";
+    for (size_t i = 0; i < sizeof dec - 1 - !st->s->pretty; i++) {
+        if (st->slen >= JS_MAX_PAT) return -1;
+        st->sbuf[st->slen] = (uint8_t)dec[i];
+        if (js_pat_partial(n, st->sbuf, st->slen + 1u)) return 0;
+    }
+    return -1;
+}
+
 /* The compact layout writes strings as JSON.stringify does: no "\/", \u only below 0x20. */
 static int escape_ok(const js_state *st, uint8_t b) {
     return st->s->pretty ? strchr("\"\\/bfnrtu", b) != NULL : strchr("\"\\bfnrtu", b) != NULL;
@@ -216,10 +247,11 @@ static int feed_string(js_state *st, js_frame *f, uint8_t b) {
         if ((b & 0xC0) != 0x80) return -1;
         f->phase--;
         if (checked && (st->slen >= JS_MAX_PAT || (st->sbuf[st->slen++] = b, 0))) return -1;
-        return checked && !f->phase ? char_done(st, n) : 0;
+        if (!checked) return 0;
+        return f->phase ? can_complete(st, n, f->phase) : char_done(st, n);
     }
     if (f->esc == 1) { /* after a backslash */
-        if (!b || !escape_ok(st, b) || (f->seen && b != 'u')) return -1;
+        if (!b || !escape_ok(st, b) || (f->seen && b != 'u') || (checked && b == 'u')) return -1;
         f->esc = b == 'u' ? 5 : 0;
         f->alive = 0;
         if (b == 'u' || !checked) return 0;
@@ -261,10 +293,11 @@ static int feed_string(js_state *st, js_frame *f, uint8_t b) {
     f->count++;
     if (b == '\\') f->esc = 1;
     else if (b >= 0xC2) f->phase = b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : 1;
-    if (checked && b != '\\') {
+    if (checked && b == '\\') return escape_possible(st, n);
+    if (checked) {
         if (st->slen >= JS_MAX_PAT) return -1;
         st->sbuf[st->slen++] = b;
-        if (b < 0x80) return char_done(st, n);
+        return b < 0x80 ? char_done(st, n) : can_complete(st, n, f->phase);
     }
     return 0;
 }

@@ -110,15 +110,44 @@ static int num_feasible(const js_frame *f) {
     return 0;
 }
 
+static int final_check(const js_node *n, double x, int neg);
+
+/* A multipleOf with few decimals: some fraction digits still allowed make a value that holds
+ * (at most 10^3 candidates; with more decimals the end check alone decides). */
+static int mult_reachable(const js_frame *f) {
+    const js_node *n = f->n;
+    int count = f->phase == 3 || f->phase == 4 ? (int)f->count : 0, r = n->mult_digits - count;
+    if (f->phase == 4 && r < 0) return 0;
+    if (r > 3 || r < 0) return 1;
+    long lim = r == 0 ? 1 : r == 1 ? 10 : r == 2 ? 100 : 1000;
+    for (long t = 0; t < lim; t++) {
+        char s[64];
+        if (count + r)
+            snprintf(s, sizeof s, "%llu.%0*llu%0*ld", (unsigned long long)f->seen, count, (unsigned long long)f->alive, r, t);
+        else snprintf(s, sizeof s, "%llu", (unsigned long long)f->seen);
+        if (final_check(n, f->esc ? -strtod(s, NULL) : strtod(s, NULL), f->esc)) return 1;
+    }
+    /* the integer part may still grow */
+    return (f->phase == 1 || f->phase == 2) && f->seen && f->pos - f->esc < JS_NUM_DIGITS;
+}
+
 int js_num_feasible(const js_frame *f) {
     if (!f->n->bounded) return 1;
-    return f->n->kind == JS_INTEGER ? int_feasible(f) : num_feasible(f);
+    if (f->n->kind == JS_INTEGER) return int_feasible(f);
+    if (!num_feasible(f)) return 0;
+    return !f->n->mult || f->pos == (uint16_t)f->esc || mult_reachable(f);
 }
 
 /* multipleOf as a JavaScript validator checks it: value / m is an integer below 1e21. */
 static int js_multiple(double x, double m) {
     double q = x / m;
     return isfinite(q) && fabs(q) < 1e21 && q == trunc(q);
+}
+
+static int final_check(const js_node *n, double x, int neg) {
+    if (neg && x == 0) return 0;
+    if (!span_meets(n, x, 1, x, 1)) return 0;
+    return !n->mult || js_multiple(x, n->mult);
 }
 
 int js_num_final_ok(const js_frame *f) {
@@ -132,10 +161,7 @@ int js_num_final_ok(const js_frame *f) {
         }
         return v >= n->ilo && v <= n->ihi && (n->imult <= 1 || v % n->imult == 0);
     }
-    double x = frame_value(f);
-    if (f->esc && x == 0) return 0;
-    if (!span_meets(n, x, 1, x, 1)) return 0;
-    return !n->mult || js_multiple(x, n->mult);
+    return final_check(n, frame_value(f), f->esc);
 }
 
 /* ---- compiling ---- */
