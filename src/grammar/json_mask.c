@@ -140,14 +140,79 @@ void kvq_json_constraint_apply(kvq_json_constraint *c, float *logits, int n_voca
         if (c->v->eog[i] && (can_end || !any)) logits[i] = keep[i];
 }
 
+/* Bytes tried first when looking for a choice: two of them taken ends the search early. */
+static const uint8_t PROBE_FIRST[] = "\"0123456789aetnsrilof-,}]{[:";
+
+/* The bytes the value must go on with (every other byte refused there): how many, up to cap.
+ * A string's text, a number's digits or a choice of key end it. */
+static int forced_bytes(kvq_json_constraint *c, const js_set *from, uint8_t *out, int cap) {
+    js_set *a = &c->tmp[0], *b = &c->tmp[1];
+    if (from != a) js_set_copy(a, from);
+    int n = 0;
+    while (n < cap && a->n && !js_set_can_end(a)) {
+        int only = -1;
+        uint8_t tried[256] = {0};
+        for (int i = 0; i < 256 + (int)sizeof PROBE_FIRST - 1 && only != -2; i++) {
+            int x = i < (int)sizeof PROBE_FIRST - 1 ? PROBE_FIRST[i] : i - ((int)sizeof PROBE_FIRST - 1);
+            if (tried[x]) continue;
+            tried[x] = 1;
+            js_set_step(a, (uint8_t)x, b);
+            if (b->n) only = only == -1 ? x : -2;
+        }
+        if (only < 0) break;
+        out[n++] = (uint8_t)only;
+        js_set_step(a, (uint8_t)only, b);
+        js_set *t = a;
+        a = b, b = t;
+    }
+    return n;
+}
+
+/* The longest token whose bytes begin p[0..n) (-1: none), by binary search in sorted order. */
+static int32_t longest_token(const js_vocab *v, const uint8_t *p, int n) {
+    for (int len = n; len > 0; len--) {
+        int lo = 0, hi = v->n_order - 1;
+        while (lo <= hi) {
+            int mid = (lo + hi) / 2;
+            int32_t id = v->order[mid];
+            uint32_t l = v->len[id];
+            int r = memcmp(v->bytes + v->off[id], p, l < (uint32_t)len ? l : (uint32_t)len);
+            if (!r) r = l < (uint32_t)len ? -1 : l > (uint32_t)len ? 1 : 0;
+            if (!r) return id;
+            if (r < 0) lo = mid + 1;
+            else hi = mid - 1;
+        }
+    }
+    return -1;
+}
+
 int32_t kvq_json_constraint_sample(kvq_json_constraint *c, kvq_sampler *s, const float *logits, int n_vocab) {
+    /* text the schema forces (keys, punctuation, the rest of an enum value) is written as the
+     * longest token it begins with: no draw, and no token spent on a piece of it */
+    uint8_t forced[128];
+    int nf = c && c->v ? forced_bytes(c, &c->st, forced, 64) : 0;
+    int32_t fid = nf ? longest_token(c->v, forced, nf) : -1;
+    if (fid >= 0 && fid < n_vocab && kvq_json_constraint_allows(c, fid)) return fid;
     int32_t id = kvq_sample(s, logits, n_vocab);
-    if (!c || !c->v || kvq_json_constraint_allows(c, id)) return id;
-    float *m = malloc(sizeof *m * (size_t)n_vocab);
-    if (!m) return id;
-    memcpy(m, logits, sizeof *m * (size_t)n_vocab);
-    kvq_json_constraint_apply(c, m, n_vocab);
-    id = kvq_sample(s, m, n_vocab);
-    free(m);
-    return id;
+    if (!c || !c->v) return id;
+    if (!kvq_json_constraint_allows(c, id)) {
+        float *m = malloc(sizeof *m * (size_t)n_vocab);
+        if (!m) return id;
+        memcpy(m, logits, sizeof *m * (size_t)n_vocab);
+        kvq_json_constraint_apply(c, m, n_vocab);
+        id = kvq_sample(s, m, n_vocab);
+        free(m);
+    }
+    /* the pick settles what follows (the rest of a key or an enum value, say): the longest
+     * token within the pick and that forced rest, so one token writes what several would */
+    if (id < 0 || id >= c->v->n_vocab || c->v->eog[id] || !c->v->len[id] || c->v->len[id] > 64) return id;
+    const uint8_t *p = c->v->bytes + c->v->off[id];
+    int np = (int)c->v->len[id];
+    const js_set *after = try_bytes(c, p, (size_t)np);
+    if (!after) return id;
+    memcpy(forced, p, (size_t)np);
+    nf = forced_bytes(c, after, forced + np, 64);
+    if (!nf) return id;
+    fid = longest_token(c->v, forced, np + nf);
+    return fid >= 0 && fid < n_vocab && (int)c->v->len[fid] > np && kvq_json_constraint_allows(c, fid) ? fid : id;
 }
