@@ -130,7 +130,14 @@ for t in $targets; do
  "b": {}}' >"$d/object"
         printf '%s' '{"type":["string","null"],"pattern":"x"}' >"$d/strict"
         # once a crash: a keyword name with a newline made the compile error two lines
-        printf '%s' '{"type\n":["string"],"pattern":"x"}' >"$d/ctrl_name" ;;
+        printf '%s' '{"type\n":["string"],"pattern":"x"}' >"$d/ctrl_name"
+        # value keywords: number bounds, multipleOf, pattern, formats, anyOf alternatives alike
+        printf '%s\000%s' '{"type":"object","properties":{"a":{"type":"integer","minimum":-50,"exclusiveMaximum":-9,"multipleOf":7},"b":{"type":"number","exclusiveMinimum":0.5,"maximum":2.5,"multipleOf":0.25},"c":{"type":"string","pattern":"^[A-Z]{2}-\\d+$","minLength":3,"maxLength":6},"d":{"type":"string","format":"date-time"},"e":{"type":"string","format":"ipv6"}},"required":["a","b"],"additionalProperties":false}' '{"a":-49,"b":1.75,"c":"AB-12","d":"2024-02-28T10:00:00Z","e":"::1"}' >"$d/keywords"
+        printf '%s\000%s' '{"anyOf":[{"type":"object","properties":{"k":{"const":"x"},"r":{"type":"number"}},"required":["k","r"]},{"type":"object","properties":{"k":{"const":"y"},"s":{"type":"integer","maximum":3}}},{"enum":["ab","abc"]},{"type":"null"}]}' '{"s":2,"k":"y"}' >"$d/anyof_alike"
+        for f in date time duration email hostname ipv4 uuid; do
+            printf '{"type":"string","format":"%s"}\000"\303\251\\n' "$f" >"$d/format_$f"
+        done
+        printf '%s\000"\\u4e2d\\/\344\270\255"' '{"type":"string","pattern":"^[\\u4e00-\\u9fff]+\\/?$"}' >"$d/pattern_utf8" ;;
     server_request)
         # byte 0: route (0 chat, 1 completions, 2 tokenize, 3 detokenize); the rest is the JSON body
         printf '\000%s' '{"model":"demo","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]}],"max_tokens":16,"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":42,"stop":["\n","END"],"stream":true,"stream_options":{"include_usage":true},"presence_penalty":0.5,"frequency_penalty":-0.5,"n":1}' >"$d/chat"

@@ -54,7 +54,11 @@ static pcre2_code *compile_re(const char *re, int anchored, char *err, size_t er
     return c;
 }
 
-static void add_ignored(char *ignored, size_t sz, const char *kw) {
+static void add_ignored(char *ignored, size_t sz, const char *name) {
+    char kw[64];
+    snprintf(kw, sizeof kw, "%s", name);
+    for (char *p = kw; *p; p++) /* the list stays one line, its commas separators */
+        if ((unsigned char)*p < 0x20 || *p == ',') *p = '?';
     size_t n = strlen(ignored);
     if (strstr(ignored, kw)) return;
     snprintf(ignored + n, sz - n, "%s%s", n ? "," : "", kw);

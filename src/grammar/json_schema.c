@@ -152,8 +152,11 @@ static const char *refusal(const char *k) {
     return NULL;
 }
 
-static void note_ignored(cctx *c, const char *kw) {
-    char *ig = c->s->ignored;
+static void note_ignored(cctx *c, const char *name) {
+    char kw[64], *ig = c->s->ignored;
+    snprintf(kw, sizeof kw, "%s", name);
+    for (char *p = kw; *p; p++) /* the list stays one line, its commas separators */
+        if ((unsigned char)*p < 0x20 || *p == ',') *p = '?';
     size_t n = strlen(ig), k = strlen(kw);
     for (const char *p = ig; (p = strstr(p, kw)); p += k) /* listed once */
         if ((p == ig || p[-1] == ',') && (p[k] == ',' || !p[k])) return;
