@@ -312,7 +312,10 @@ static void test_sample_keywords(void **st) {
     assert_int_equal(kvq_tokenizer_load(KVQ_SOURCE_DIR "/models/demo", &tok), KVQ_OK);
     int n = kvq_vocab_size(tok), completed = 0, steps = 0, refused = 0;
     float *lg = malloc(sizeof *lg * (size_t)n);
-    double t_check = 0, t_mask = 0;
+    double t_check = 0, t_mask = 0, t_sample = 0;
+    kvq_sampler_params sp2 = kvq_sampler_default_params();
+    sp2.seed = 99;
+    kvq_sampler *s2 = kvq_sampler_new(&sp2); /* the whole constrained draw, timed on the side */
     for (int run = 0; run < 8; run++) {
         kvq_json_constraint *c = kvq_json_constraint_new(tok, S_KW, 1, NULL, 0);
         assert_non_null(c);
@@ -323,6 +326,10 @@ static void test_sample_keywords(void **st) {
         int nid = 0;
         while (nid < 800 && kvq_json_constraint_complete(c) < 2) {
             for (int i = 0; i < n; i++) lg[i] = urand() * 4;
+            double ts = now_s();
+            int32_t side = kvq_json_constraint_sample(c, s2, lg, n);
+            t_sample += now_s() - ts;
+            assert_true(kvq_token_is_eog(tok, side) || kvq_json_constraint_allows(c, side));
             int32_t id = kvq_sample(s, lg, n);
             double t0 = now_s();
             int allowed = kvq_json_constraint_allows(c, id);
@@ -354,8 +361,11 @@ static void test_sample_keywords(void **st) {
         kvq_json_constraint_free(c);
     }
     print_message("keywords schema on the demo vocabulary: %d of 8 complete; one-token check %.2f us, "
-                  "full mask %.2f ms (%d of %d steps refused the pick)\n",
-                  completed, t_check / steps * 1e6, refused ? t_mask / refused * 1e3 : 0.0, refused, steps);
+                  "full mask %.2f ms (%d of %d steps refused the pick; random logits); "
+                  "kvq_json_constraint_sample %.3f ms a step (forced text, check, mask when refused)\n",
+                  completed, t_check / steps * 1e6, refused ? t_mask / refused * 1e3 : 0.0, refused, steps,
+                  t_sample / steps * 1e3);
+    kvq_sampler_free(s2);
     assert_true(completed >= 6);
     free(lg);
     kvq_tokenizer_free(tok);
