@@ -341,6 +341,11 @@ KVQ_API void kvq_sampler_free(kvq_sampler *s);
 typedef struct kvq_json_constraint kvq_json_constraint;
 KVQ_API kvq_json_constraint *kvq_json_constraint_new(const kvq_tokenizer *tok, const char *schema, int strict, char *err,
                                                      size_t errsz);
+/* The same kind of constraint for text under a GBNF grammar (llama.cpp's format, rule `root`);
+ * the kvq_json_constraint_* calls below work on it. NULL with "rule 'r', line L column C: why"
+ * in err when it does not compile. */
+KVQ_API kvq_json_constraint *kvq_grammar_constraint_new(const kvq_tokenizer *tok, const char *gbnf, char *err,
+                                                        size_t errsz);
 /* Sets the logits of tokens that cannot come next to -inf; end-of-generation tokens stay only
  * when the value is complete. */
 KVQ_API void kvq_json_constraint_apply(kvq_json_constraint *c, float *logits, int n_vocab);

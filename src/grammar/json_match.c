@@ -27,9 +27,8 @@ static const js_node node_any_arr = {.kind = JS_ARRAY, .max_items = -1, .max_len
 static const js_node node_any_str = {.kind = JS_STRING, .max_items = -1, .max_len = -1};
 
 void js_start(js_state *st, const js_schema *s) {
+    memset(st, 0, offsetof(js_state, f)); /* every field a copy takes */
     st->s = s;
-    st->depth = st->done = st->failed = 0;
-    st->ws = 0;
 }
 
 void js_copy(js_state *dst, const js_state *src) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "grammar/json_schema.h"
+#include "grammar/matcher.h"
 
 void js_set_start(js_set *set, const js_schema *s) {
     set->n = 1;
@@ -55,3 +56,12 @@ int js_set_is_done(const js_set *set) {
         if (js_is_done(&set->s[i])) return 1;
     return 0;
 }
+
+static void ops_start(void *st, const void *g) { js_set_start(st, g); }
+static void ops_copy(void *d, const void *s) { js_set_copy(d, s); }
+static void ops_step(const void *f, uint8_t b, void *t) { js_set_step(f, b, t); }
+static int ops_alive(const void *st) { return ((const js_set *)st)->n > 0; }
+static int ops_can_end(const void *st) { return js_set_can_end(st); }
+static int ops_is_done(const void *st) { return js_set_is_done(st); }
+
+const gm_ops JS_OPS = {sizeof(js_set), ops_start, ops_copy, ops_step, ops_alive, ops_can_end, ops_is_done};
