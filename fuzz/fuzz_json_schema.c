@@ -5,7 +5,8 @@
  * vocabulary (the qwen2-tiny fixture, 656 ids): its token tables are built once (shared per
  * tokenizer, json_vocab.c) and a mask costs ~1/50 of the demo's 32k, so inputs run fast.
  * The non-strict pass uses the pretty layout, the strict one the compact; both also sample
- * (forced text and widened picks included) and the token must be one the constraint allows. */
+ * (forced text and widened picks included) and the token must be one the constraint allows.
+ * A "schema" holding "::=" is a GBNF grammar instead (one pass, the same checks). */
 #include <string.h>
 
 #include "fuzz_common.h"
@@ -29,8 +30,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *text = nul ? nul + 1 : data;
     size_t tlen = nul ? size - slen - 1 : size;
     char err[256];
-    for (int strict = 0; strict < 2; strict++) {
-        kvq_json_constraint *c = kvq_json_constraint_new(g_tok, slen ? schema : NULL, strict, err, sizeof err);
+    int gbnf = strstr(schema, "::=") != NULL;
+    for (int strict = 0; strict < 2 - gbnf; strict++) {
+        kvq_json_constraint *c = gbnf ? kvq_grammar_constraint_new(g_tok, schema, err, sizeof err)
+                                      : kvq_json_constraint_new(g_tok, slen ? schema : NULL, strict, err, sizeof err);
         if (!c) {
             if (!err[0] || strchr(err, '\n')) __builtin_trap();
             continue;
