@@ -108,7 +108,7 @@ static int add_alt(pctx *c, int r, const gb_elem *e, int n) {
     gb_rule *ru = &g->rules[r];
     if (grow((void **)&ru->alts, &ru->cap_alts, ru->n_alts + 1, sizeof *ru->alts)) return perr(c, c->p, "out of memory");
     ru->alts[ru->n_alts++] = g->n_el;
-    memcpy(g->el + g->n_el, e, sizeof *e * (size_t)n);
+    if (n) memcpy(g->el + g->n_el, e, sizeof *e * (size_t)n);
     g->n_el += n;
     g->el[g->n_el++] = (gb_elem){.kind = GB_END};
     return 0;
