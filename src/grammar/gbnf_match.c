@@ -34,10 +34,14 @@ static void add_stack(gb_state *st, const uint16_t *s, int len) {
     st->off[++st->n] = st->used;
 }
 
+/* Expansions one character may cost: nullable rules nested in sequence could otherwise
+ * multiply the ways to the same stacks without bound (past it, paths are dropped). */
+#define GB_EXPAND_BUDGET 20000
+
 /* Adds the stacks s[0..len) leads to whose tops wait on a character (or that are empty). */
-static void expand(gb_state *st, const uint16_t *s, int len, int depth) {
+static void expand(gb_state *st, const uint16_t *s, int len, int depth, int *budget) {
     const gb_grammar *g = st->g;
-    if (depth > 2 * GB_MAX_DEPTH) return;
+    if (depth > 2 * GB_MAX_DEPTH || --*budget < 0) return;
     if (!len) {
         add_stack(st, s, 0);
         return;
@@ -48,7 +52,7 @@ static void expand(gb_state *st, const uint16_t *s, int len, int depth) {
         return;
     }
     if (e->kind == GB_END) { /* the rule is read: back to its caller's next element */
-        expand(st, s, len - 1, depth + 1);
+        expand(st, s, len - 1, depth + 1, budget);
         return;
     }
     uint16_t buf[GB_MAX_DEPTH];
@@ -61,7 +65,7 @@ static void expand(gb_state *st, const uint16_t *s, int len, int depth) {
         uint16_t one[GB_MAX_DEPTH];
         memcpy(one, buf, sizeof *buf * (size_t)base);
         one[base] = (uint16_t)r->alts[a];
-        expand(st, one, base + 1, depth + 1);
+        expand(st, one, base + 1, depth + 1, budget);
     }
 }
 
@@ -74,9 +78,10 @@ static void gb_start(void *v, const void *gv) {
     st->need = st->dead = st->clen = 0;
     st->cp = 0;
     const gb_rule *r = &g->rules[g->root];
+    int budget = GB_EXPAND_BUDGET;
     for (int a = 0; a < r->n_alts; a++) {
         uint16_t s = (uint16_t)r->alts[a];
-        expand(st, &s, 1, 0);
+        expand(st, &s, 1, 0, &budget);
     }
 }
 
@@ -89,6 +94,7 @@ static void advance(const gb_state *from, uint32_t cp, gb_state *to) {
     const gb_grammar *g = from->g;
     to->n = to->used = 0;
     to->need = 0;
+    int budget = GB_EXPAND_BUDGET;
     for (int i = 0; i < from->n; i++) {
         int len = from->off[i + 1] - from->off[i];
         const uint16_t *s = from->pool + from->off[i];
@@ -96,7 +102,7 @@ static void advance(const gb_state *from, uint32_t cp, gb_state *to) {
         uint16_t buf[GB_MAX_DEPTH];
         memcpy(buf, s, sizeof *s * (size_t)len);
         buf[len - 1]++; /* past the character */
-        expand(to, buf, len, 0);
+        expand(to, buf, len, 0, &budget);
     }
 }
 
