@@ -157,6 +157,7 @@ static void note_ignored(cctx *c, const char *name) {
     snprintf(kw, sizeof kw, "%s", name);
     for (char *p = kw; *p; p++) /* the list stays one line, its commas separators */
         if ((unsigned char)*p < 0x20 || *p == ',') *p = '?';
+    if (!kw[0]) snprintf(kw, sizeof kw, "\"\""); /* an empty key, named so */
     size_t n = strlen(ig), k = strlen(kw);
     for (const char *p = ig; (p = strstr(p, kw)); p += k) /* listed once */
         if ((p == ig || p[-1] == ',') && (p[k] == ',' || !p[k])) return;
