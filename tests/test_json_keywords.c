@@ -316,7 +316,7 @@ static void test_sample_keywords(void **st) {
     kvq_sampler_params sp2 = kvq_sampler_default_params();
     sp2.seed = 99;
     kvq_sampler *s2 = kvq_sampler_new(&sp2); /* the whole constrained draw, timed on the side */
-    for (int run = 0; run < 8; run++) {
+    for (int run = 0; run < 6; run++) {
         kvq_json_constraint *c = kvq_json_constraint_new(tok, S_KW, 1, NULL, 0);
         assert_non_null(c);
         kvq_sampler_params sp = kvq_sampler_default_params();
@@ -360,13 +360,13 @@ static void test_sample_keywords(void **st) {
         kvq_sampler_free(s);
         kvq_json_constraint_free(c);
     }
-    print_message("keywords schema on the demo vocabulary: %d of 8 complete; one-token check %.2f us, "
+    print_message("keywords schema on the demo vocabulary: %d of 6 complete; one-token check %.2f us, "
                   "full mask %.2f ms (%d of %d steps refused the pick; random logits); "
                   "kvq_json_constraint_sample %.3f ms a step (forced text, check, mask when refused)\n",
                   completed, t_check / steps * 1e6, refused ? t_mask / refused * 1e3 : 0.0, refused, steps,
                   t_sample / steps * 1e3);
     kvq_sampler_free(s2);
-    assert_true(completed >= 6);
+    assert_true(completed >= 5);
     free(lg);
     kvq_tokenizer_free(tok);
 }
