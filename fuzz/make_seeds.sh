@@ -130,7 +130,39 @@ for t in $targets; do
  "b": {}}' >"$d/object"
         printf '%s' '{"type":["string","null"],"pattern":"x"}' >"$d/strict"
         # once a crash: a keyword name with a newline made the compile error two lines
-        printf '%s' '{"type\n":["string"],"pattern":"x"}' >"$d/ctrl_name" ;;
+        printf '%s' '{"type\n":["string"],"pattern":"x"}' >"$d/ctrl_name"
+        # value keywords: number bounds, multipleOf, pattern, formats, anyOf alternatives alike
+        printf '%s\000%s' '{"type":"object","properties":{"a":{"type":"integer","minimum":-50,"exclusiveMaximum":-9,"multipleOf":7},"b":{"type":"number","exclusiveMinimum":0.5,"maximum":2.5,"multipleOf":0.25},"c":{"type":"string","pattern":"^[A-Z]{2}-\\d+$","minLength":3,"maxLength":6},"d":{"type":"string","format":"date-time"},"e":{"type":"string","format":"ipv6"}},"required":["a","b"],"additionalProperties":false}' '{"a":-49,"b":1.75,"c":"AB-12","d":"2024-02-28T10:00:00Z","e":"::1"}' >"$d/keywords"
+        printf '%s\000%s' '{"anyOf":[{"type":"object","properties":{"k":{"const":"x"},"r":{"type":"number"}},"required":["k","r"]},{"type":"object","properties":{"k":{"const":"y"},"s":{"type":"integer","maximum":3}}},{"enum":["ab","abc"]},{"type":"null"}]}' '{"s":2,"k":"y"}' >"$d/anyof_alike"
+        for f in date time duration email hostname ipv4 uuid; do
+            printf '{"type":"string","format":"%s"}\000"\303\251\\n' "$f" >"$d/format_$f"
+        done
+        printf '%s\000"\\u4e2d\\/\344\270\255"' '{"type":"string","pattern":"^[\\u4e00-\\u9fff]+\\/?$"}' >"$d/pattern_utf8" 
+        # GBNF grammars (a "schema" holding ::=), then text
+        printf '%s\000%s' 'root ::= (expr "=" ws term "\n"){1,3}
+expr ::= term ([-+*/] term)*
+term ::= ident | num | "(" ws expr ")" ws
+ident ::= [a-z] [a-z0-9_]* ws
+num ::= [0-9]+ ws
+ws ::= [ \t]*' 'x1 +2*( y -3)= 4
+' >"$d/gbnf_arith"
+        printf '%s\000%s' 'root ::= "1. " move " " move "\n" ([1-9] [0-9]? ". " move " " move "\n"){1,4}
+move ::= (pawn | nonpawn | castle) [+#]?
+pawn ::= ([a-h] "x")? [a-h] [1-8] ("=" [NBRQ])?
+nonpawn ::= [NBRQK] [a-h]? [1-8]? "x"? [a-h] [1-8]
+castle ::= "O-O" "-O"?' '1. e4 e5
+2. Nf3 O-O-O+
+' >"$d/gbnf_chess"
+        printf '%s\000%s' 'root ::= item{1,5} # list
+item ::= "- " [^\r\n\x0b\u2028]{1,40} "\n"' '- milk
+- é
+' >"$d/gbnf_list"
+        printf '%s\000%s' 'root ::= object
+value ::= object | array | string | "true" | "null" | [0-9]{1,3}
+object ::= "{" ( string ":" value ("," string ":" value)* )? "}"
+array ::= "[" ( value ("," value)* )? "]"
+string ::= "\"" ( [^"\\] | "\\" ["\\nu] )* "\""' '{"a":[1,{"b":null}],"c":"\n"}' >"$d/gbnf_json"
+        ;;
     server_request)
         # byte 0: route (0 chat, 1 completions, 2 tokenize, 3 detokenize); the rest is the JSON body
         printf '\000%s' '{"model":"demo","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]}],"max_tokens":16,"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":42,"stop":["\n","END"],"stream":true,"stream_options":{"include_usage":true},"presence_penalty":0.5,"frequency_penalty":-0.5,"n":1}' >"$d/chat"

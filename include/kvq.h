@@ -343,6 +343,11 @@ KVQ_API void kvq_sampler_free(kvq_sampler *s);
 typedef struct kvq_json_constraint kvq_json_constraint;
 KVQ_API kvq_json_constraint *kvq_json_constraint_new(const kvq_tokenizer *tok, const char *schema, int strict, char *err,
                                                      size_t errsz);
+/* The same kind of constraint for text under a GBNF grammar (llama.cpp's format, rule `root`);
+ * the kvq_json_constraint_* calls below work on it. NULL with "rule 'r', line L column C: why"
+ * in err when it does not compile. */
+KVQ_API kvq_json_constraint *kvq_grammar_constraint_new(const kvq_tokenizer *tok, const char *gbnf, char *err,
+                                                        size_t errsz);
 /* Sets the logits of tokens that cannot come next to -inf; end-of-generation tokens stay only
  * when the value is complete. */
 KVQ_API void kvq_json_constraint_apply(kvq_json_constraint *c, float *logits, int n_vocab);
@@ -357,6 +362,11 @@ KVQ_API int kvq_json_constraint_complete(const kvq_json_constraint *c);
 /* Samples under the constraint: the sampler's pick when allowed, else a pick from the masked
  * logits (the mask is computed only then). Does not accept the token. */
 KVQ_API int32_t kvq_json_constraint_sample(kvq_json_constraint *c, kvq_sampler *s, const float *logits, int n_vocab);
+/* Layout: 0 (the default) compact, no blank outside strings and escapes only where
+ * JSON.stringify writes them; 1 pretty, blanks between tokens (at most 16 a gap, one newline). */
+KVQ_API void kvq_json_constraint_set_layout(kvq_json_constraint *c, int pretty);
+/* Keywords of a non-strict schema that are not enforced, comma-separated ("" when none). */
+KVQ_API const char *kvq_json_constraint_ignored(const kvq_json_constraint *c);
 /* Starts over for a new value. */
 KVQ_API void kvq_json_constraint_reset(kvq_json_constraint *c);
 KVQ_API void kvq_json_constraint_free(kvq_json_constraint *c);

@@ -81,7 +81,7 @@ static void test_bad_use(void **st) {
     (void)st;
     int status;
     char args[2048];
-    snprintf(args, sizeof args, "-p x --json-schema %s", write_tmp("bad.json", "{\"type\":\"string\",\"pattern\":\"a\"}"));
+    snprintf(args, sizeof args, "-p x --json-schema %s", write_tmp("bad.json", "{\"type\":\"string\",\"pattern\":\"(a\"}"));
     free(chat(args, &status));
     assert_int_not_equal(status, 0);
     snprintf(args, sizeof args, "-p x --json-schema %s", write_tmp("empty.json", " \n"));

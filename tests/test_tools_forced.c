@@ -30,7 +30,7 @@ static const char *TOOLS =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{"
     "\"city\":{\"type\":\"string\",\"maxLength\":12},\"unit\":{\"enum\":[\"C\",\"F\"]}},\"required\":[\"city\"]}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"plan_trip\",\"parameters\":{\"type\":\"object\",\"properties\":{"
-    "\"days\":{\"type\":\"integer\"},\"stops\":{\"type\":\"array\",\"maxItems\":2,\"items\":{\"type\":\"object\","
+    "\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":30},\"stops\":{\"type\":\"array\",\"maxItems\":2,\"items\":{\"type\":\"object\","
     "\"properties\":{\"place\":{\"type\":\"string\",\"maxLength\":8}},\"required\":[\"place\"]}},"
     "\"flags\":{\"type\":\"object\",\"properties\":{\"pets\":{\"type\":\"boolean\"}},\"required\":[\"pets\"]}},"
     "\"required\":[\"days\",\"stops\",\"flags\"]}}}]";
@@ -145,7 +145,7 @@ static void test_prefill_and_check(void **st) {
     free(pre);
     srv_error e = {0};
     p.tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
-                   "{\"x\":{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"object\"}]}}}}}]";
+                   "{\"x\":{\"type\":\"string\",\"pattern\":\"(\"}}}}}]";
     assert_int_equal(srv_call_check(&p, &e), -1);
     assert_int_equal(e.status, 400);
     p.tool_choice = SRV_TOOLS_AUTO; /* not forced: the schema is not needed */

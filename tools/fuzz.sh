@@ -35,6 +35,8 @@ mkdir -p "$build/corpus/$t" "$build/crashes"
 # the tokenizer_load inputs are whole tokenizer files: allow them to be large
 maxlen=
 [ "$t" = tokenizer_load ] && maxlen=-max_len=131072
+# a target's dictionary (fuzz/TARGET.dict) when it has one
+[ -f "$root/fuzz/$t.dict" ] && maxlen="$maxlen -dict=$root/fuzz/$t.dict"
 # ASan defaults plus: report leaks, and keep the run going past the first slow input
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     exec "$build/kvq-fuzz-$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \

@@ -1,9 +1,11 @@
 /* JSON schema -> js_node graph. The subset: type (one or a list), properties, required,
- * additionalProperties, enum, const, items, minItems/maxItems, minLength/maxLength, anyOf /
- * oneOf (alternatives told apart by their first byte), $ref to #, #/$defs/ or #/definitions/.
- * Objects are written with their listed properties only (any order, no duplicates), which is
- * valid whatever additionalProperties says. Keywords outside the subset fail a strict schema;
- * a non-strict one ignores them (they would not be enforced). */
+ * additionalProperties, enum, const, items, minItems/maxItems, minLength/maxLength, pattern,
+ * format (json_pattern.c), minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (json_number.c), anyOf /
+ * oneOf (alternatives followed side by side, json_set.c), $ref to #, #/$defs/ or
+ * #/definitions/. Objects are written with their listed properties only (any order, no
+ * duplicates), which is valid whatever additionalProperties says. Keywords outside the subset
+ * fail a strict schema with the reason; a non-strict one ignores them and lists them in
+ * s->ignored (they are not enforced). */
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -68,6 +70,7 @@ void js_free(js_schema *s) {
         free(n->lits);
         free(n->lit_len);
         free(n->alts);
+        js_pat_free(n);
         free(n);
     }
     free(s->all);
@@ -123,10 +126,42 @@ static int known_keyword(const char *k) {
     static const char *ok[] = {"type", "properties", "required", "additionalProperties", "enum", "const", "items",
                                "minItems", "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "$ref", "$defs",
                                "definitions", "title", "description", "default", "examples", "$schema", "$id",
-                               "$comment", "strict", "name", "deprecated", "readOnly", "writeOnly"};
+                               "$comment", "strict", "name", "deprecated", "readOnly", "writeOnly", "pattern",
+                               "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (!strcmp(k, ok[i])) return 1;
     return 0;
+}
+
+/* Why a strict schema refuses a keyword: OpenAI's strict mode refuses these too. */
+static const char *refusal(const char *k) {
+    static const struct { const char *kw, *why; } r[] = {
+        {"allOf", "composition other than anyOf"}, {"not", "composition other than anyOf"},
+        {"if", "conditional schemas"}, {"then", "conditional schemas"}, {"else", "conditional schemas"},
+        {"dependentRequired", "conditional schemas"}, {"dependentSchemas", "conditional schemas"},
+        {"patternProperties", "keys other than the listed properties"},
+        {"propertyNames", "keys other than the listed properties"},
+        {"unevaluatedProperties", "keys other than the listed properties"},
+        {"minProperties", "object size limits"}, {"maxProperties", "object size limits"},
+        {"uniqueItems", "comparing array items"}, {"contains", "comparing array items"},
+        {"minContains", "comparing array items"}, {"maxContains", "comparing array items"},
+        {"unevaluatedItems", "tuple arrays"}, {"prefixItems", "tuple arrays"},
+        {"contentEncoding", "content keywords"}, {"contentMediaType", "content keywords"}};
+    for (size_t i = 0; i < sizeof r / sizeof *r; i++)
+        if (!strcmp(k, r[i].kw)) return r[i].why;
+    return NULL;
+}
+
+static void note_ignored(cctx *c, const char *name) {
+    char kw[64], *ig = c->s->ignored;
+    snprintf(kw, sizeof kw, "%s", name);
+    for (char *p = kw; *p; p++) /* the list stays one line, its commas separators */
+        if ((unsigned char)*p < 0x20 || *p == ',') *p = '?';
+    if (!kw[0]) snprintf(kw, sizeof kw, "\"\""); /* an empty key, named so */
+    size_t n = strlen(ig), k = strlen(kw);
+    for (const char *p = ig; (p = strstr(p, kw)); p += k) /* listed once */
+        if ((p == ig || p[-1] == ',') && (p[k] == ',' || !p[k])) return;
+    if (n + k + 2 < sizeof c->s->ignored) snprintf(ig + n, sizeof c->s->ignored - n, "%s%s", n ? "," : "", kw);
 }
 
 static int get_count(cctx *c, const cJSON *j, const char *key, long *out) {
@@ -228,6 +263,12 @@ static int compile_typed(cctx *c, js_node *n, const cJSON *j, int kind, int dept
     if (kind == JS_STRING) {
         if (get_count(c, j, "minLength", &n->min_len) || get_count(c, j, "maxLength", &n->max_len)) return -1;
         if (n->max_len >= 0 && n->max_len < n->min_len) return fail(c, "'maxLength' is below 'minLength'");
+        char e[200] = "";
+        if (js_pat_compile(n, j, c->strict, e, sizeof e, c->s->ignored, sizeof c->s->ignored)) return fail(c, "%s", e);
+    }
+    if (kind == JS_NUMBER || kind == JS_INTEGER) {
+        char e[200] = "";
+        if (js_num_compile(n, j, e, sizeof e)) return fail(c, "%s", e);
     }
     return 0;
 }
@@ -238,8 +279,13 @@ static int compile_into(cctx *c, js_node *n, const cJSON *j, int depth) {
     if (!cJSON_IsObject(j)) return fail(c, "a schema must be an object (or true)");
     const cJSON *k;
     cJSON_ArrayForEach(k, j) {
-        if (c->strict && !known_keyword(k->string))
-            return fail(c, "keyword '%.60s' is not supported in a strict schema", k->string);
+        if (known_keyword(k->string)) continue;
+        const char *why = refusal(k->string);
+        if (c->strict && why)
+            return fail(c, "keyword '%.60s' is not supported in a strict schema (%s: OpenAI's strict mode refuses it too)",
+                        k->string, why);
+        if (c->strict) return fail(c, "keyword '%.60s' is not supported in a strict schema", k->string);
+        note_ignored(c, k->string);
     }
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(j, "$ref");
     if (ref) {
@@ -298,57 +344,6 @@ static int compile_into(cctx *c, js_node *n, const cJSON *j, int depth) {
     return 0;
 }
 
-/* Bytes a value of n may start with (bit per byte); refs followed a few levels deep. */
-static void first_bytes(const js_node *n, uint64_t set[4], int depth) {
-#define ADD(ch) (set[(uint8_t)(ch) >> 6] |= 1ull << ((uint8_t)(ch) & 63))
-    if (depth > 16) return;
-    switch (n->kind) {
-    case JS_OBJECT: ADD('{'); break;
-    case JS_ARRAY: ADD('['); break;
-    case JS_STRING: ADD('"'); break;
-    case JS_NUMBER: case JS_INTEGER:
-        ADD('-');
-        for (int d = '0'; d <= '9'; d++) ADD(d);
-        break;
-    case JS_BOOLEAN: ADD('t'); ADD('f'); break;
-    case JS_NULL: ADD('n'); break;
-    case JS_LITERAL:
-        for (int i = 0; i < n->n_lits; i++) ADD(n->lits[i][0]);
-        break;
-    case JS_ANYOF:
-        for (int i = 0; i < n->n_alts; i++) first_bytes(n->alts[i], set, depth + 1);
-        break;
-    default:
-        first_bytes(&(js_node){.kind = JS_OBJECT}, set, depth + 1);
-        first_bytes(&(js_node){.kind = JS_ARRAY}, set, depth + 1);
-        first_bytes(&(js_node){.kind = JS_STRING}, set, depth + 1);
-        first_bytes(&(js_node){.kind = JS_NUMBER}, set, depth + 1);
-        first_bytes(&(js_node){.kind = JS_BOOLEAN}, set, depth + 1);
-        first_bytes(&(js_node){.kind = JS_NULL}, set, depth + 1);
-    }
-#undef ADD
-}
-
-/* The matcher picks an anyOf alternative by the value's first byte: they must not share one. */
-static int check_anyof(cctx *c) {
-    for (int i = 0; i < c->s->n_all; i++) {
-        const js_node *n = c->s->all[i];
-        if (n->kind != JS_ANYOF || n->n_alts < 2) continue;
-        uint64_t seen[4] = {0};
-        for (int a = 0; a < n->n_alts; a++) {
-            uint64_t mine[4] = {0};
-            first_bytes(n->alts[a], mine, 0);
-            for (int w = 0; w < 4; w++) {
-                if (seen[w] & mine[w])
-                    return fail(c, "anyOf alternatives must start differently (e.g. an object, a string and null); "
-                                   "two of them can begin with the same character");
-                seen[w] |= mine[w];
-            }
-        }
-    }
-    return 0;
-}
-
 /* A chain of $ref aliases that leads back to itself has no value. */
 static int check_aliases(cctx *c) {
     for (int i = 0; i < c->s->n_all; i++) {
@@ -386,7 +381,6 @@ js_schema *js_compile(const char *schema, size_t len, char *err, size_t errsz, i
         } else fail(&c, "out of memory");
     }
     if (!c.failed) check_aliases(&c);
-    if (!c.failed) check_anyof(&c);
     for (int i = 0; i < c.n_refs; i++) free(c.ref_path[i]);
     free(c.ref_path);
     free(c.ref_node);

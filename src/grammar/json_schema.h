@@ -16,6 +16,10 @@ enum { JS_ANY, JS_OBJECT, JS_ARRAY, JS_STRING, JS_NUMBER, JS_INTEGER, JS_BOOLEAN
 #define JS_MAX_WS 16      /* whitespace bytes between two tokens of JSON (one newline among them):
                             bounded, so the model cannot loop on blanks */
 #define JS_MAX_NUM 24     /* characters of one number */
+#define JS_MAX_PAT 256    /* decoded bytes of a string checked by a pattern or format */
+#define JS_MAX_SET 8      /* anyOf alternatives followed side by side */
+#define JS_NUM_DIGITS 15  /* digits of a bounded number's integer part, and of its fraction:
+                            within a double's exact range, so the end check is exact */
 
 typedef struct js_node js_node;
 struct js_node {
@@ -33,6 +37,16 @@ struct js_node {
     long min_items, max_items; /* max -1: none */
     /* JS_STRING */
     long min_len, max_len; /* characters; max -1: none */
+    void *re[2];           /* pcre2 codes: pattern and format (NULL: none) */
+    void *md;              /* their match data */
+    /* JS_NUMBER / JS_INTEGER: bounds (json_number.c). bounded: some keyword holds, so the
+     * number is written without exponent or "-0" and its digits are tracked */
+    int bounded, has_lo, has_hi, lo_excl, hi_excl;
+    double lo, hi;         /* numbers */
+    int64_t ilo, ihi;      /* integers: inclusive bounds, exact */
+    int64_t imult;         /* integer multipleOf (0: none) */
+    double mult;           /* multipleOf of a number that is not an integer (0: none) */
+    int mult_digits;       /* its decimals: fraction digits past them are refused (-1: any) */
     /* JS_LITERAL (enum / const / true / false / null): compact JSON texts */
     int n_lits;
     char **lits;
@@ -45,6 +59,8 @@ struct js_node {
 
 typedef struct js_schema {
     js_node *root;
+    int pretty;    /* layout: 0 compact (no blank outside strings), 1 blanks allowed between tokens */
+    char ignored[256]; /* keywords a non-strict schema holds that are not enforced, comma-separated */
     js_node **all; /* every node, for freeing (refs may make cycles) */
     int n_all, cap_all;
 } js_schema;
@@ -67,13 +83,24 @@ typedef struct {
     uint64_t alive;  /* literal / key: alternatives still matching */
 } js_frame;
 
+/* One path through the schema. The decoded text of a pattern-checked string lives after the
+ * frames, so a copy takes the frames in use and the slen bytes only. */
 typedef struct {
     const js_schema *s;
     int depth;    /* frames in use; 0 with done set: the value is complete */
     int done, failed;
     uint8_t ws;   /* leading whitespace at the top */
+    uint8_t pick, n_picks; /* anyOf: the alternative to take at this byte; how many could */
+    uint16_t slen;
     js_frame f[JS_MAX_DEPTH];
+    uint8_t sbuf[JS_MAX_PAT + 4];
 } js_state;
+
+/* anyOf alternatives that begin alike: every path still alive, side by side (json_set.c). */
+typedef struct {
+    int n;
+    js_state s[JS_MAX_SET];
+} js_set;
 
 void js_start(js_state *st, const js_schema *s);
 /* Copies the frames in use only (states are copied once per byte when masking). */
@@ -84,5 +111,29 @@ int js_feed(js_state *st, uint8_t b);
 int js_can_end(const js_state *st);
 /* Complete, and no byte may follow. */
 int js_is_done(const js_state *st);
+
+/* json_set.c: the same over a set of paths. js_set_step writes into `to` what `from` becomes
+ * after byte b (to->n 0: refused); from and to must differ. */
+void js_set_start(js_set *set, const js_schema *s);
+void js_set_copy(js_set *dst, const js_set *src);
+void js_set_step(const js_set *from, uint8_t b, js_set *to);
+int js_set_can_end(const js_set *set);
+int js_set_is_done(const js_set *set);
+
+/* json_number.c: a number's digits so far (frame of kind number) can still become a value in
+ * its node's bounds; and the complete number is one. */
+int js_num_feasible(const js_frame *f);
+int js_num_final_ok(const js_frame *f);
+/* json_number.c: the bounds keywords of j into n (kind set); -1 with a reason in err. */
+struct cJSON;
+int js_num_compile(js_node *n, const struct cJSON *j, char *err, size_t errsz);
+
+/* json_pattern.c: pattern / format of j into n; the decoded text can still match (partial),
+ * or matches as a whole. */
+int js_pat_compile(js_node *n, const struct cJSON *j, int strict, char *err, size_t errsz, char *ignored,
+                   size_t ign_sz);
+int js_pat_partial(const js_node *n, const uint8_t *s, size_t len);
+int js_pat_full(const js_node *n, const uint8_t *s, size_t len);
+void js_pat_free(js_node *n);
 
 #endif

@@ -128,10 +128,12 @@ test("max_tokens cuts the value short: finish_reason length", async () => {
 
 test("bad response_format / schemas are 400s with a message", async () => {
   const bad = [
-    [schemaFormat({ type: "string", pattern: "^a" }), /pattern/],
+    [schemaFormat({ type: "string", pattern: "(a" }), /'pattern' does not compile/],
     [schemaFormat({ type: "object", properties: { a: { type: "string" } }, required: ["b"] }), /"b" is not in/],
     [schemaFormat({ $ref: "#/$defs/missing" }), /does not name/],
-    [schemaFormat({ anyOf: [{ type: "integer" }, { type: "number" }] }), /start differently/],
+    [schemaFormat({ type: "string", format: "uri" }), /format "uri" is not supported/],
+    [schemaFormat({ allOf: [{ type: "string" }] }), /OpenAI's strict mode refuses it too/],
+    [schemaFormat({ type: "integer", minimum: 3, maximum: 2 }), /no integer/],
     [schemaFormat({ type: "widget" }), /not a JSON schema type/],
     [{ type: "xml" }, /json_object or json_schema/],
     [{ type: "json_schema" }, /json_schema/],
@@ -141,14 +143,15 @@ test("bad response_format / schemas are 400s with a message", async () => {
       (e) => { assert.equal(e.status, 400); assert.match(e.message, re); return true; });
   }
   // the same on completions, and the OpenAI error shape
-  const r = await postJSON(srv.url + "/v1/completions", { prompt: "x", response_format: schemaFormat({ type: "string", format: "date" }) });
+  const r = await postJSON(srv.url + "/v1/completions", { prompt: "x", response_format: schemaFormat({ type: "string", format: "uri" }) });
   assert.equal(r.status, 400);
   assert.equal(r.json.error.type, "invalid_request_error");
   assert.equal(r.json.error.code, "invalid_json_schema");
-  // not strict: the unsupported keyword is ignored
+  // not strict: the unsupported keyword is ignored, and named in system_fingerprint
   const ok = await client.chat.completions.create({ model: "demo", messages, max_tokens: 300, temperature: 0,
-    response_format: schemaFormat({ type: "object", properties: { d: { type: "string", maxLength: 4, format: "date" } },
-                                    required: ["d"], additionalProperties: false }, false) });
+    response_format: schemaFormat({ type: "object", properties: { d: { type: "string", maxLength: 4, format: "uri" } },
+                                    required: ["d"], additionalProperties: false, minProperties: 1 }, false) });
   assert.equal(ok.choices[0].finish_reason, "stop", ok.choices[0].message.content);
   assert.equal(typeof JSON.parse(ok.choices[0].message.content).d, "string");
+  assert.equal(ok.system_fingerprint, "kvq schema-ignored=minProperties,format:uri");
 });

@@ -64,6 +64,8 @@ typedef struct {
     long n;            /* choices (1..SRV_MAX_CHOICES; at most the server's slots) */
     int json_mode, json_strict; /* response_format (SRV_JSON_*); strict: json_schema.strict */
     char *json_schema;          /* json_schema's schema as text; NULL: any object */
+    int json_pretty;            /* "kvq_layout": "pretty": blanks allowed between JSON tokens (default compact) */
+    char *grammar;              /* llama.cpp's "grammar" (GBNF text); json_mode is then SRV_JSON_GRAMMAR */
 } srv_params;
 
 /* server_tools_request.c: tools, tool_choice, tool_calls and tool_call_id. */
@@ -92,7 +94,7 @@ void srv_call_accept(srv_call *c, int32_t id);
 int srv_call_done(const srv_call *c);
 void srv_call_free(srv_call *c);
 
-enum { SRV_JSON_NONE, SRV_JSON_OBJECT, SRV_JSON_SCHEMA };
+enum { SRV_JSON_NONE, SRV_JSON_OBJECT, SRV_JSON_SCHEMA, SRV_JSON_GRAMMAR };
 
 #define SRV_MAX_CHOICES 16
 #define SRV_N_ROUTES_MAX 16 /* room in the per-route counters */
@@ -106,7 +108,11 @@ void srv_params_free(srv_params *p);
  * and the request's constraint on the model's vocabulary (NULL with e filled). */
 struct cJSON;
 int srv_parse_response_format(const struct cJSON *j, srv_params *p, srv_error *e);
+int srv_parse_response_format_only(const struct cJSON *j, srv_params *p, srv_error *e); /* without llama.cpp's fields */
 kvq_json_constraint *srv_json_constraint(const kvq_tokenizer *tok, const srv_params *p, srv_error *e);
+/* "system_fingerprint": "kvq", or "kvq schema-ignored=kw1,kw2" naming the keywords of a
+ * non-strict response_format schema that were not enforced. */
+void srv_add_fingerprint(struct cJSON *j, const kvq_json_constraint *c);
 
 /* POST /tokenize {"content": str, "add_special": bool}; /detokenize {"tokens": [int]}. */
 int srv_parse_tokenize(const char *body, size_t len, char **content, int *add_special, srv_error *e);

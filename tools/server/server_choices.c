@@ -74,7 +74,7 @@ static cJSON *envelope(const srv_choices *c, const char *object) {
     cJSON_AddStringToObject(j, "object", object);
     cJSON_AddNumberToObject(j, "created", (double)time(NULL));
     cJSON_AddStringToObject(j, "model", c->model);
-    cJSON_AddStringToObject(j, "system_fingerprint", "kvq");
+    srv_add_fingerprint(j, r->json);
     return j;
 }
 

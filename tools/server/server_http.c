@@ -144,7 +144,7 @@ static cJSON *envelope(srv_http *h, const srv_req *r, const char *object) {
     cJSON_AddStringToObject(j, "object", object);
     cJSON_AddNumberToObject(j, "created", (double)time(NULL));
     cJSON_AddStringToObject(j, "model", h->model_name);
-    cJSON_AddStringToObject(j, "system_fingerprint", "kvq");
+    srv_add_fingerprint(j, r->json);
     return j;
 }
 

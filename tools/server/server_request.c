@@ -40,6 +40,7 @@ void srv_params_free(srv_params *p) {
     free(p->prompt_ids);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
     free(p->json_schema);
+    free(p->grammar);
     memset(p, 0, sizeof *p);
 }
 

@@ -44,6 +44,7 @@ struct srv_call {
     int32_t *forced;        /* key / close: the ids still to write, from `at` */
     int n_forced, at;
     int32_t name_ids[256]; /* the name as written, read back when it is complete */
+    int pretty;            /* the arguments' layout (kvq_layout) */
     int n_name;
 };
 
@@ -120,6 +121,7 @@ static int start_args(srv_call *c, const char *name, srv_error *e) {
     c->c = kvq_json_constraint_new(c->tok, schema, 0, err, sizeof err);
     free(schema);
     if (!c->c) return srv_fail(e, 400, "invalid_json_schema", "tools: '%.64s' parameters: %s", name, err);
+    kvq_json_constraint_set_layout(c->c, c->pretty);
     c->stage = CALL_ARGS;
     return 0;
 }
@@ -152,6 +154,7 @@ srv_call *srv_call_new(const kvq_tokenizer *tok, const srv_params *p, srv_error 
         return srv_fail(e, 500, NULL, "out of memory"), NULL;
     }
     c->tok = tok;
+    c->pretty = p->json_pretty;
     c->f = format_of(p->tools_fmt);
     const char *name = srv_call_forced_name(p);
     if (name) {
