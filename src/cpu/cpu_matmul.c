@@ -252,9 +252,10 @@ static double now_s(void) {
 
 /* Which AVX2 lookup kernel is faster on this core: the two give the same bits
  * (kvq_aqlm_lut_gemv_rows), so a short timing picks one and no output depends
- * on the noise. Gathers are fast on Intel cores without the Gather Data
- * Sampling fix and on Zen 4/5, slow (microcoded) on Zen 1-3 and on Intel
- * cores with the fix, so no vendor rule fits. 16 steps of 4096 rows (64 KB of
+ * on the noise. Gathers won on an Intel VM (12.6 against 7.7 G lookups/s),
+ * plain loads on a Zen 5 VM (0.81 against 1.21 ms); AMD's older gathers are
+ * microcoded and Intel's Gather Data Sampling fix slows them: no vendor
+ * rule fits. 16 steps of 4096 rows (64 KB of
  * codes, 16 KB of tables, as one decode chunk), each kernel 9 times in turn,
  * best of each: about 2 ms, once per process. Without memory: gathers. */
 static int probe_loads_faster(void) {
