@@ -17,9 +17,8 @@ static inline long long ld64(const int8_t *p) {
 }
 
 /* Values 16j..16j+15 of row codes c as int16, each codeword times 2^e of its class. */
-static inline __attribute__((always_inline)) __m256i i8_w16(const kvq_cpu_weight *w, const uint16_t *c, const int8_t *cb,
-                                                            const int16_t *ex, int sh, int G, int j, const int IG) {
-    (void)w;
+static inline __attribute__((always_inline)) __m256i i8_w16(const uint16_t *c, const int8_t *cb, const int16_t *ex,
+                                                            int sh, int G, int j, const int IG) {
     if (IG == 8) {
         unsigned k0 = c[2 * j], k1 = 2 * j + 1 < G ? c[2 * j + 1] : 0; /* past the row: x is 0 there */
         __m128i b = _mm_set_epi64x(ld64(cb + 8 * (size_t)k1), ld64(cb + 8 * (size_t)k0));
@@ -52,7 +51,7 @@ static inline __attribute__((always_inline)) void KVQ_I8_YMM_ROWS(const kvq_cpu_
             for (int t = 0; t < T; t++) s[t] = s2[t] = _mm256_setzero_si256();
             int j = j0;
             for (; j + 1 < j1; j += 2) {
-                __m256i wa = i8_w16(w, c, cb, ex, sh, G, j, IG), wb = i8_w16(w, c, cb, ex, sh, G, j + 1, IG);
+                __m256i wa = i8_w16(c, cb, ex, sh, G, j, IG), wb = i8_w16(c, cb, ex, sh, G, j + 1, IG);
                 for (int t = 0; t < T; t++) {
                     const int16_t *xt = a->q16 + (size_t)t * P + 16 * (size_t)j;
                     s[t] = KVQ_I8_YMM_DOT(s[t], wa, _mm256_load_si256((const __m256i *)xt));
@@ -60,7 +59,7 @@ static inline __attribute__((always_inline)) void KVQ_I8_YMM_ROWS(const kvq_cpu_
                 }
             }
             if (j < j1) {
-                __m256i wa = i8_w16(w, c, cb, ex, sh, G, j, IG);
+                __m256i wa = i8_w16(c, cb, ex, sh, G, j, IG);
                 for (int t = 0; t < T; t++)
                     s[t] = KVQ_I8_YMM_DOT(s[t], wa, _mm256_load_si256((const __m256i *)(a->q16 + (size_t)t * P + 16 * (size_t)j)));
             }
